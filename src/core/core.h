@@ -1,0 +1,10 @@
+// Public header of src/core: errors, checking macros, logging, timing, RNG, dtypes, tensors.
+#pragma once
+#include "core/check.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/process.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "core/timer.h"

@@ -1,0 +1,33 @@
+// Rank-aware logging on fmt: info and debug print on rank 0 only; warnings and errors
+// print on every rank with a "[rank r]" prefix so multi-rank failures are attributable.
+#pragma once
+#include <fmt/core.h>
+
+#include <string>
+
+namespace strata {
+
+enum class LogLevel { Debug, Info, Warn, Error };
+
+void log_message(LogLevel level, const std::string& text);
+void set_log_level(LogLevel min_level);
+LogLevel log_level();
+
+template <typename... Args>
+void log_info(fmt::format_string<Args...> f, Args&&... args) {
+  log_message(LogLevel::Info, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void log_debug(fmt::format_string<Args...> f, Args&&... args) {
+  if (log_level() <= LogLevel::Debug) log_message(LogLevel::Debug, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void log_warn(fmt::format_string<Args...> f, Args&&... args) {
+  log_message(LogLevel::Warn, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void log_error(fmt::format_string<Args...> f, Args&&... args) {
+  log_message(LogLevel::Error, fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace strata

@@ -1,0 +1,54 @@
+// Tensor: a non-owning view (pointer, dtype, shape, device). Memory belongs to arenas
+// owned by the model or engine; views are cheap to copy and never free anything.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace strata {
+
+enum class Device : uint8_t { CPU, CUDA };
+
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  Device device = Device::CPU;
+  int ndim = 0;
+  std::array<int64_t, 4> shape{};
+
+  Tensor() = default;
+  Tensor(void* data_, DType dtype_, std::initializer_list<int64_t> dims, Device device_ = Device::CPU);
+
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  int64_t dim(int i) const { return shape[static_cast<size_t>(i < 0 ? ndim + i : i)]; }
+  bool defined() const { return data != nullptr; }
+  std::string shape_string() const;  // e.g. "(4, 64, 768)"
+
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+  float* f32() const;  // throws std::logic_error unless dtype is F32
+};
+
+// An arena: one contiguous allocation carved into tensors, 256-byte aligned.
+class Arena {
+ public:
+  Arena() = default;
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  ~Arena();
+  // Reserves space for a tensor; valid pointers appear after allocate().
+  size_t reserve(size_t bytes);
+  void allocate();  // host memory, zero-filled
+  void* at(size_t offset) const { return static_cast<char*>(base_) + offset; }
+  size_t size_bytes() const { return size_; }
+
+ private:
+  void* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace strata
