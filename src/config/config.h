@@ -1,0 +1,358 @@
+// Public header of src/config: the typed run configuration (a superset of DeepSpeed's
+// ds_config plus strata's own sections), its YAML/JSON loader with `--set` overrides,
+// validation that reports every problem at once, and the values derived from it.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+enum class OptimizerType { AdamW, Adam };
+enum class SchedulerType { Constant, WarmupLR, WarmupDecayLR, WarmupCosineLR };
+enum class WarmupType { Log, Linear };
+enum class OffloadDevice { None, Cpu, Nvme };
+enum class Recompute { None, Selective, Full };
+enum class PipelineSchedule { OneFOneB, GPipe, Interleaved };
+enum class PipelinePartition { Uniform, Parameters };
+enum class DeviceKind { Auto, Cpu, Cuda };
+enum class CommBackend { Auto, Nccl, Mpi };
+
+// The spelling each enum value has in a config file.
+const char* to_string(OptimizerType v);
+const char* to_string(SchedulerType v);
+const char* to_string(WarmupType v);
+const char* to_string(OffloadDevice v);
+const char* to_string(Recompute v);
+const char* to_string(PipelineSchedule v);
+const char* to_string(PipelinePartition v);
+const char* to_string(DeviceKind v);
+const char* to_string(CommBackend v);
+
+// `optimizer.params`: torch.optim.Adam(W) arguments, as in ds_config.
+struct AdamParams {
+  /// Peak learning rate (the schedule's base; WarmupLR uses its own warmup_max_lr instead).
+  double lr = 1e-3;
+  /// Exponential decay rates of the first and second moment estimates.
+  std::array<double, 2> betas{0.9, 0.999};
+  /// Added to the denominator sqrt(v̂) + eps for numerical stability.
+  double eps = 1e-8;
+  /// Weight decay coefficient (applied to parameters whose ParamSpec allows decay).
+  double weight_decay = 0.01;
+  /// Only for type Adam: true = decoupled decay (AdamW), false = L2 term added to the gradient.
+  bool adam_w_mode = true;
+};
+
+// `optimizer`.
+struct OptimizerConfig {
+  /// `AdamW` or `Adam` (case-insensitive in the file).
+  OptimizerType type = OptimizerType::AdamW;
+  /// Hyper-parameters.
+  AdamParams params;
+};
+
+// `scheduler.params`: the union of the parameters of DeepSpeed's three warmup schedulers;
+// only those belonging to `scheduler.type` may appear in a file.
+struct SchedulerParams {
+  /// WarmupLR, WarmupDecayLR: learning rate at the start of warmup.
+  double warmup_min_lr = 0.0;
+  /// WarmupLR, WarmupDecayLR: learning rate reached at the end of warmup.
+  double warmup_max_lr = 1e-3;
+  /// All types: warmup length in optimizer steps (the LR code clamps it to at least 2, as DeepSpeed).
+  int64_t warmup_num_steps = 1000;
+  /// All types: `log` or `linear` warmup curve.
+  WarmupType warmup_type = WarmupType::Log;
+  /// WarmupDecayLR, WarmupCosineLR (required there): step at which the decay reaches its end.
+  std::optional<int64_t> total_num_steps;
+  /// WarmupCosineLR: fraction of `optimizer.params.lr` at the start of warmup.
+  double warmup_min_ratio = 0.0;
+  /// WarmupCosineLR: fraction of `optimizer.params.lr` at the end of the cosine decay.
+  double cos_min_ratio = 1e-4;
+};
+
+// `scheduler`; no section in the file means a constant learning rate.
+struct SchedulerConfig {
+  /// Constant (no section), WarmupLR, WarmupDecayLR or WarmupCosineLR.
+  SchedulerType type = SchedulerType::Constant;
+  /// Parameters of the chosen type.
+  SchedulerParams params;
+};
+
+// `fp16`: DeepSpeed's fp16 mode with dynamic loss scaling.
+struct Fp16Config {
+  /// Train with fp16 parameters/activations and fp32 master weights.
+  bool enabled = false;
+  /// 0 = dynamic loss scaling; any other value is a fixed scale.
+  double loss_scale = 0.0;
+  /// The dynamic scale starts at 2^initial_scale_power.
+  int initial_scale_power = 16;
+  /// Overflow-free steps after which the dynamic scale doubles.
+  int loss_scale_window = 1000;
+  /// Overflows tolerated before the scale is halved.
+  int hysteresis = 2;
+  /// Restore the hysteresis budget after every overflow-free step instead of once per window.
+  bool consecutive_hysteresis = false;
+  /// The dynamic scale never drops below this.
+  double min_loss_scale = 1.0;
+};
+
+// `bf16`.
+struct Bf16Config {
+  /// Train with bf16 parameters/activations, fp32 master weights, gradient buffer and Adam state.
+  bool enabled = false;
+};
+
+// `zero_optimization.offload_optimizer` / `offload_param`.
+struct OffloadConfig {
+  /// none, cpu or nvme.
+  OffloadDevice device = OffloadDevice::None;
+  /// Use page-locked host memory for the offloaded tensors.
+  bool pin_memory = false;
+};
+
+// `zero_optimization`: ZeRO partitioning over the data-parallel axis.
+struct ZeroConfig {
+  /// 0 = none, 1 = optimizer state, 2 = + gradients, 3 = + parameters.
+  int stage = 0;
+  /// Overlap gradient reduction with backward; unset means true for stage 3, false otherwise
+  /// (resolve_config fills it in).
+  std::optional<bool> overlap_comm;
+  /// Copy gradients into one contiguous buffer as they are produced.
+  bool contiguous_gradients = true;
+  /// Reduce gradients with reduce-scatter rather than all-reduce (stages 1-2).
+  bool reduce_scatter = true;
+  /// Elements per gradient-reduction bucket.
+  int64_t reduce_bucket_size = 500000000;
+  /// Elements per parameter all-gather bucket.
+  int64_t allgather_bucket_size = 500000000;
+  /// Stage 3: elements of parameters fetched ahead of use.
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  /// Stage 3: parameters with fewer elements than this stay unpartitioned.
+  int64_t stage3_param_persistence_threshold = 100000;
+  /// Where optimizer state lives.
+  OffloadConfig offload_optimizer;
+  /// Where stage-3 parameters live.
+  OffloadConfig offload_param;
+};
+
+// `activation_checkpointing`: DeepSpeed's activation checkpointing switches.
+struct ActivationCheckpointingConfig {
+  /// Partition checkpointed activations across tensor-parallel ranks.
+  bool partition_activations = false;
+  /// Keep checkpointed activations in host memory.
+  bool cpu_checkpointing = false;
+  /// Copy checkpoints into one preallocated buffer.
+  bool contiguous_memory_optimization = false;
+  /// Synchronize the device at each checkpoint boundary.
+  bool synchronize_checkpoint_boundary = false;
+  /// Time the checkpointing functions.
+  bool profile = false;
+  /// Number of checkpoints (unset = one per layer).
+  std::optional<int> number_checkpoints;
+};
+
+// `model`: the GPT-2-style network.
+struct ModelConfig {
+  /// gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, or empty for explicit dimensions.
+  std::string preset;
+  /// Transformer blocks (unset = the preset's; resolve_config fills it in).
+  std::optional<int> n_layer;
+  /// Attention heads (unset = the preset's).
+  std::optional<int> n_head;
+  /// Embedding width C (unset = the preset's).
+  std::optional<int> d_model;
+  /// Tokens in the vocabulary before padding.
+  int vocab_size = 50257;
+  /// Context length T.
+  int seq_len = 1024;
+  /// Activation recomputation in backward: none, selective (attention core) or full (whole layer).
+  Recompute recompute = Recompute::None;
+};
+
+// `parallelism.pipeline`.
+struct PipelineConfig {
+  /// 1f1b, gpipe or interleaved.
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  /// Model chunks per pipeline rank (interleaved schedule).
+  int virtual_stages = 1;
+  /// How layers are assigned to stages: uniform (equal layer counts) or parameters.
+  PipelinePartition partition = PipelinePartition::Uniform;
+};
+
+// `parallelism`: the TP × PP part of the rank grid; DP is world / (TP × PP).
+struct ParallelismConfig {
+  /// Tensor-parallel ranks (Megatron column/row split).
+  int tensor_model_parallel_size = 1;
+  /// Pipeline stages.
+  int pipeline_model_parallel_size = 1;
+  /// Split layernorm/dropout activations along the sequence over the TP ranks.
+  bool sequence_parallel = false;
+  /// Pipeline schedule settings.
+  PipelineConfig pipeline;
+};
+
+// `data`: llm.c-format token shards.
+struct DataConfig {
+  /// Glob pattern of the training shards.
+  std::string train;
+  /// Glob pattern of the validation shards (empty = no evaluation data).
+  std::string val;
+  /// Shuffle the global sequence order (with train.seed, identically on every rank).
+  bool shuffle = false;
+};
+
+// `train`: the loop.
+struct TrainConfig {
+  /// Optimizer steps to run.
+  int64_t iters = 1000;
+  /// Evaluate every this many steps (0 = never).
+  int64_t eval_interval = 0;
+  /// Batches per evaluation.
+  int64_t eval_iters = 20;
+  /// Seed of parameter initialisation and data shuffling.
+  int64_t seed = 1234;
+};
+
+// `checkpoint`.
+struct CheckpointConfig {
+  /// Directory of step_XXXXXXXX/ folders (empty = no checkpoints).
+  std::string dir;
+  /// Save every this many steps (0 = only at the end and on a signal).
+  int64_t save_interval = 0;
+  /// Also save before the first step.
+  bool save_initial = false;
+  /// Keep only the newest this many checkpoints (0 = keep all).
+  int keep_last = 0;
+  /// auto (latest in dir if any), none (start fresh), or the path of a checkpoint.
+  std::string resume = "auto";
+};
+
+// `logging`.
+struct LoggingConfig {
+  /// JSONL file of per-step metrics, evaluations and samples (empty = none).
+  std::string metrics_file;
+  /// Generate a text sample every this many steps (0 = never).
+  int64_t sample_interval = 0;
+  /// Tokens per sample.
+  int sample_tokens = 200;
+  /// Text the sample continues (empty = starts from the end-of-text token / byte 0).
+  std::string sample_prompt;
+};
+
+// `comm`.
+struct CommConfig {
+  /// auto (NCCL on CUDA, MPI otherwise), nccl or mpi.
+  CommBackend backend = CommBackend::Auto;
+};
+
+// Values computed from the config and the world size by resolve_config.
+struct Derived {
+  /// Ranks in the job.
+  int world_size = 0;
+  /// Data-parallel ranks: world_size / (tp_size × pp_size).
+  int dp_size = 0;
+  /// Tensor-parallel ranks.
+  int tp_size = 0;
+  /// Pipeline stages.
+  int pp_size = 0;
+  /// Sequences per micro-batch per data-parallel rank.
+  int micro_batch = 0;
+  /// Micro-batches per optimizer step.
+  int grad_accum = 0;
+  /// Sequences per optimizer step over all DP ranks (= train_batch_size).
+  int global_batch = 0;
+  /// global_batch × seq_len.
+  int64_t tokens_per_step = 0;
+  /// vocab_size rounded up to a multiple of 128 × TP.
+  int padded_vocab = 0;
+  /// Parameters of the model as built (padded vocabulary, tied LM head).
+  int64_t n_params = 0;
+  /// The same with the unpadded vocabulary (the figure papers quote).
+  int64_t n_params_unpadded = 0;
+  /// Training FLOPs per token: 6·n_params + 6·n_layer·d_model·seq_len.
+  int64_t flops_per_token = 0;
+};
+
+// A whole run configuration; section structs mirror the file's sections.
+struct Config {
+  /// Sequences per optimizer step over all DP ranks (any two batch keys determine the third).
+  std::optional<int> train_batch_size;
+  /// Sequences per forward/backward on one DP rank.
+  std::optional<int> train_micro_batch_size_per_gpu;
+  /// Micro-batches accumulated per optimizer step.
+  std::optional<int> gradient_accumulation_steps;
+  /// Optimizer.
+  OptimizerConfig optimizer;
+  /// Learning-rate schedule.
+  SchedulerConfig scheduler;
+  /// fp16 mixed precision.
+  Fp16Config fp16;
+  /// bf16 mixed precision.
+  Bf16Config bf16;
+  /// ZeRO.
+  ZeroConfig zero_optimization;
+  /// Clip the global gradient norm to this (0 = off).
+  double gradient_clipping = 0.0;
+  /// Print a log line every this many steps (0 = never).
+  int64_t steps_per_print = 10;
+  /// Report per-phase times (forward, backward, reduce, optimizer, wait).
+  bool wall_clock_breakdown = false;
+  /// DeepSpeed activation checkpointing switches.
+  ActivationCheckpointingConfig activation_checkpointing;
+  /// Network shape.
+  ModelConfig model;
+  /// Rank grid.
+  ParallelismConfig parallelism;
+  /// Training/validation data.
+  DataConfig data;
+  /// Loop lengths and seed.
+  TrainConfig train;
+  /// Checkpointing.
+  CheckpointConfig checkpoint;
+  /// Metrics and samples.
+  LoggingConfig logging;
+  /// auto (CUDA when a GPU is present), cpu or cuda.
+  DeviceKind device = DeviceKind::Auto;
+  /// Communication backend.
+  CommConfig comm;
+  /// Filled by resolve_config; not part of the file format.
+  Derived derived;
+};
+
+// Named model shapes. Every preset uses the default vocab_size (50257) and seq_len (1024),
+// so those two keys need no preset values of their own.
+struct ModelPreset {
+  /// The `model.preset` spelling, e.g. "gpt2-124m".
+  const char* name;
+  /// Transformer blocks.
+  int n_layer;
+  /// Attention heads.
+  int n_head;
+  /// Embedding width.
+  int d_model;
+};
+const std::vector<ModelPreset>& model_presets();
+
+// Parameters of a GPT-2 with tied embeddings: V·C + T·C + L·(12C² + 13C) + 2C.
+int64_t count_gpt_params(int n_layer, int d_model, int vocab_size, int seq_len);
+
+// Parses YAML (or JSON: a DeepSpeed ds_config JSON is valid YAML) text/file, applies `--set`
+// overrides ("a.b.c=value"), validates, resolves. Throws UserErrors listing EVERY problem,
+// each "key.path: message" (a YAML syntax error is reported alone, with line and column).
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides, int world_size);
+Config load_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                        int world_size, const std::string& source_name);
+// Every problem of a typed config at once, "key.path: message", in a fixed order.
+std::vector<std::string> validate_config(const Config& cfg, int world_size);
+// Fills unset batch keys, preset dimensions and overlap_comm, and cfg.derived. Throws
+// UserErrors when validate_config reports problems.
+void resolve_config(Config& cfg, int world_size);
+// The config in file format with every key (defaults filled); load_config_text re-parses it
+// (at the same world size) into an identical Config, so checkpoints store this text.
+std::string config_to_yaml(const Config& cfg);
+// The `derived:` block for `strata config`.
+std::string derived_to_yaml(const Config& cfg);
+
+}  // namespace strata

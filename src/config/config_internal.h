@@ -1,0 +1,139 @@
+// Private to src/config: the error log that collects every problem, a reader that walks
+// one YAML map with typed getters and reports unknown keys, and helpers shared by the
+// parse, validate, resolve and emit steps.
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+
+namespace strata {
+namespace config_detail {
+
+// One problem: the dotted key path it belongs to and what is wrong there.
+struct ConfigError {
+  std::string path;
+  std::string message;
+};
+
+// Collects problems in the order found and remembers which key paths already have one, so
+// validation does not add a second, derived complaint about a value that failed to parse.
+class ErrorLog {
+ public:
+  void add(const std::string& path, const std::string& message);
+  // True when `path` or one of its ancestors already has a problem.
+  bool covers(const std::string& path) const;
+  // Paths set by `--set`; problems at or around them say so.
+  void mark_overridden(const std::string& path) { overridden_.push_back(path); }
+  bool empty() const { return errors_.empty(); }
+  size_t count() const { return errors_.size(); }
+  std::vector<std::string> messages() const;
+
+ private:
+  std::vector<ConfigError> errors_;
+  std::vector<std::string> overridden_;
+};
+
+// The spellings an enum accepts.
+template <typename E>
+using EnumNames = std::vector<std::pair<std::string, E>>;
+
+// Closest candidate to `word` by edit distance when close enough to be a likely typo, else "".
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+std::string join(const std::vector<std::string>& items, const char* separator = ", ");
+
+// Reads one YAML map. Every getter marks its key as known; a missing key leaves the output
+// untouched (its default). finish() reports keys no getter asked for.
+class MapReader {
+ public:
+  MapReader(const YAML::Node& node, std::string path, ErrorLog& log);
+
+  bool present() const { return present_; }
+  bool has(const std::string& key) const;
+  std::string key_path(const std::string& key) const;
+  // Logs a problem with `key` of this map.
+  void error(const std::string& key, const std::string& message) { log_->add(key_path(key), message); }
+
+  void read(const std::string& key, bool& out);
+  void read(const std::string& key, int& out);
+  void read(const std::string& key, int64_t& out);
+  void read(const std::string& key, double& out);
+  void read(const std::string& key, std::string& out);
+  void read(const std::string& key, std::optional<bool>& out);
+  void read(const std::string& key, std::optional<int>& out);
+  void read(const std::string& key, std::optional<int64_t>& out);
+  void read(const std::string& key, std::array<double, 2>& out);
+  // An element count written as 5e8 or 500000000: any number with a whole value.
+  void read_count(const std::string& key, int64_t& out);
+  // Returns false when the key is present but not one of `names`.
+  template <typename E>
+  bool read_enum(const std::string& key, E& out, const EnumNames<E>& names, bool ignore_case = false) {
+    std::vector<std::string> spellings;
+    for (const auto& n : names) spellings.push_back(n.first);
+    int index = -1;
+    if (!read_choice(key, spellings, ignore_case, index)) return false;
+    if (index >= 0) out = names[static_cast<size_t>(index)].second;
+    return true;
+  }
+  // A nested map; absent or empty gives a reader with no keys.
+  MapReader section(const std::string& key);
+  // Reports unknown keys; `hints` gives a specific message for particular unknown keys.
+  void finish(const std::map<std::string, std::string>& hints = {});
+
+ private:
+  const YAML::Node* find(const std::string& key);
+  // The node of `key` when it is a usable scalar; logs and returns nullptr otherwise.
+  const YAML::Node* scalar(const std::string& key, const char* expected);
+  bool read_choice(const std::string& key, const std::vector<std::string>& spellings, bool ignore_case,
+                   int& index);
+
+  std::string path_;
+  ErrorLog* log_;
+  bool present_ = false;
+  std::vector<std::pair<std::string, YAML::Node>> entries_;
+  std::vector<std::string> known_;
+};
+
+// The parameters a scheduler type takes, in DeepSpeed's order.
+std::vector<std::string> scheduler_param_names(SchedulerType type);
+
+// Parses a YAML tree into cfg; problems go to log.
+void parse_config_tree(const YAML::Node& root, Config& cfg, ErrorLog& log);
+// Applies "a.b.c=value" overrides to the tree; malformed ones go to log.
+void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides, ErrorLog& log);
+// Every problem of a typed config, in a fixed order.
+std::vector<ConfigError> check_config(const Config& cfg, int world_size);
+
+// The model shape after applying the preset; nullopt fields stay unset when neither the
+// preset nor the file gives them (validation reports that).
+ModelConfig expand_preset(const ModelConfig& model);
+const ModelPreset* find_preset(const std::string& name);
+
+// The three batch sizes, from whichever of them are given and the data-parallel size.
+struct BatchSizes {
+  int train = 0;
+  int micro = 0;
+  int accum = 0;
+};
+// Returns an error (path + message) when the given values do not determine a consistent triple.
+std::optional<ConfigError> derive_batch_sizes(const Config& cfg, int dp_size, BatchSizes& out);
+
+extern const EnumNames<OptimizerType> kOptimizerTypes;
+extern const EnumNames<SchedulerType> kSchedulerTypes;  // excludes Constant (no section)
+extern const EnumNames<WarmupType> kWarmupTypes;
+extern const EnumNames<OffloadDevice> kOffloadDevices;
+extern const EnumNames<Recompute> kRecomputeModes;
+extern const EnumNames<PipelineSchedule> kPipelineSchedules;
+extern const EnumNames<PipelinePartition> kPipelinePartitions;
+extern const EnumNames<DeviceKind> kDeviceKinds;
+extern const EnumNames<CommBackend> kCommBackends;
+
+}  // namespace config_detail
+}  // namespace strata

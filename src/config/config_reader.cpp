@@ -1,0 +1,369 @@
+// Typed, error-collecting access to YAML maps: scalars are converted strictly (no silent
+// truncation of 64.5 to 64), and every problem is logged with its key path instead of
+// thrown, so one run reports all of a config's mistakes.
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "config/config_internal.h"
+
+namespace strata {
+namespace config_detail {
+namespace {
+
+bool has_prefix(const std::string& text, const std::string& prefix) {
+  return text.size() >= prefix.size() && text.compare(0, prefix.size(), prefix) == 0;
+}
+
+// True when `a` and `b` name the same key or one lies inside the other.
+bool related_paths(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty() || a == b) return true;
+  return has_prefix(a, b + ".") || has_prefix(b, a + ".");
+}
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+// Optimal-string-alignment distance: a swapped pair of letters is one typo, not two.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  const size_t n = a.size(), m = b.size();
+  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
+  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (size_t i = 1; i <= n; ++i) {
+    for (size_t j = 1; j <= m; ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[n][m];
+}
+
+std::string describe(const YAML::Node& node) {
+  if (node.IsNull()) return "an empty value";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a map";
+  return "'" + node.Scalar() + "'";
+}
+
+bool parse_int64(const std::string& text, int64_t& value) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno == ERANGE || end != text.c_str() + text.size()) return false;
+  value = v;
+  return true;
+}
+
+bool parse_double(const std::string& text, double& value) {
+  // strtod would also take hex floats and "inf"/"nan", none of which belong in a config.
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
+  if (text.find_first_of("xX") != std::string::npos) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(v)) return false;
+  value = v;
+  return true;
+}
+
+}  // namespace
+
+void ErrorLog::add(const std::string& path, const std::string& message) {
+  std::string text = message;
+  for (const auto& o : overridden_) {
+    if (!path.empty() && related_paths(path, o)) {
+      text += " (set by --set " + o + ")";
+      break;
+    }
+  }
+  errors_.push_back({path, text});
+}
+
+bool ErrorLog::covers(const std::string& path) const {
+  for (const auto& e : errors_) {
+    if (e.path.empty() || e.path == path || has_prefix(path, e.path + ".")) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> ErrorLog::messages() const {
+  std::vector<std::string> out;
+  for (const auto& e : errors_) out.push_back(e.path.empty() ? e.message : e.path + ": " + e.message);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string w = lower(word);
+  // Short words tolerate fewer edits, or every two-letter key would "match" every other.
+  const size_t limit = w.size() <= 4 ? 1 : w.size() <= 8 ? 2 : 3;
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(w, lower(c));
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+MapReader::MapReader(const YAML::Node& node, std::string path, ErrorLog& log)
+    : path_(std::move(path)), log_(&log) {
+  if (!node.IsDefined() || node.IsNull()) return;
+  if (!node.IsMap()) {
+    log.add(path_, "expected a map of keys, got " + describe(node));
+    return;
+  }
+  present_ = true;
+  for (const auto& item : node) {
+    if (!item.first.IsScalar()) {
+      log.add(path_, "keys must be plain names, got " + describe(item.first));
+      continue;
+    }
+    const std::string key = item.first.Scalar();
+    const bool duplicate = std::any_of(entries_.begin(), entries_.end(),
+                                       [&](const auto& e) { return e.first == key; });
+    if (duplicate) {
+      log.add(key_path(key), "appears more than once in the same section; keep one");
+      continue;
+    }
+    entries_.emplace_back(key, item.second);
+  }
+}
+
+bool MapReader::has(const std::string& key) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == key; });
+}
+
+std::string MapReader::key_path(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+const YAML::Node* MapReader::find(const std::string& key) {
+  if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
+  for (const auto& e : entries_) {
+    if (e.first == key) return &e.second;
+  }
+  return nullptr;
+}
+
+const YAML::Node* MapReader::scalar(const std::string& key, const char* expected) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return nullptr;
+  if (!node->IsScalar()) {
+    log_->add(key_path(key), fmt::format("expected {}, got {}", expected, describe(*node)));
+    return nullptr;
+  }
+  if (node->Scalar() == "auto") {
+    log_->add(key_path(key), fmt::format("'auto' is resolved by the HuggingFace Trainer; strata needs {}", expected));
+    return nullptr;
+  }
+  return node;
+}
+
+void MapReader::read(const std::string& key, bool& out) {
+  const YAML::Node* node = scalar(key, "true or false");
+  if (node == nullptr) return;
+  const std::string& s = node->Scalar();
+  if (s == "true" || s == "True" || s == "TRUE") {
+    out = true;
+  } else if (s == "false" || s == "False" || s == "FALSE") {
+    out = false;
+  } else {
+    log_->add(key_path(key), "expected true or false, got '" + s + "'");
+  }
+}
+
+void MapReader::read(const std::string& key, int64_t& out) {
+  const YAML::Node* node = scalar(key, "an integer");
+  if (node == nullptr) return;
+  int64_t v = 0;
+  if (!parse_int64(node->Scalar(), v)) {
+    log_->add(key_path(key), "expected an integer, got '" + node->Scalar() + "'");
+    return;
+  }
+  out = v;
+}
+
+void MapReader::read(const std::string& key, int& out) {
+  int64_t v = 0;
+  const YAML::Node* node = scalar(key, "an integer");
+  if (node == nullptr) return;
+  if (!parse_int64(node->Scalar(), v)) {
+    log_->add(key_path(key), "expected an integer, got '" + node->Scalar() + "'");
+    return;
+  }
+  if (v < INT_MIN || v > INT_MAX) {
+    log_->add(key_path(key), fmt::format("must be in {}..{}, got {}", INT_MIN, INT_MAX, v));
+    return;
+  }
+  out = static_cast<int>(v);
+}
+
+void MapReader::read(const std::string& key, double& out) {
+  const YAML::Node* node = scalar(key, "a number");
+  if (node == nullptr) return;
+  double v = 0;
+  if (!parse_double(node->Scalar(), v)) {
+    log_->add(key_path(key), "expected a number, got '" + node->Scalar() + "'");
+    return;
+  }
+  out = v;
+}
+
+void MapReader::read(const std::string& key, std::string& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return;
+  if (!node->IsScalar()) {
+    log_->add(key_path(key), "expected a string, got " + describe(*node));
+    return;
+  }
+  out = node->Scalar();
+}
+
+void MapReader::read(const std::string& key, std::optional<bool>& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return;
+  if (node->IsNull()) {
+    out.reset();
+    return;
+  }
+  bool v = false;
+  const size_t errors_before = log_->count();
+  read(key, v);
+  if (log_->count() == errors_before) out = v;
+}
+
+void MapReader::read(const std::string& key, std::optional<int>& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return;
+  if (node->IsNull()) {
+    out.reset();
+    return;
+  }
+  int v = 0;
+  const size_t errors_before = log_->count();
+  read(key, v);
+  if (log_->count() == errors_before) out = v;
+}
+
+void MapReader::read(const std::string& key, std::optional<int64_t>& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return;
+  if (node->IsNull()) {
+    out.reset();
+    return;
+  }
+  int64_t v = 0;
+  const size_t errors_before = log_->count();
+  read(key, v);
+  if (log_->count() == errors_before) out = v;
+}
+
+void MapReader::read(const std::string& key, std::array<double, 2>& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return;
+  const char* expected = "a list of two numbers like [0.9, 0.999]";
+  if (node->IsScalar() && node->Scalar() == "auto") {
+    log_->add(key_path(key), fmt::format("'auto' is resolved by the HuggingFace Trainer; strata needs {}", expected));
+    return;
+  }
+  if (!node->IsSequence() || node->size() != 2) {
+    const std::string got = node->IsSequence() ? fmt::format("a list of {}", node->size()) : describe(*node);
+    log_->add(key_path(key), fmt::format("expected {}, got {}", expected, got));
+    return;
+  }
+  std::array<double, 2> v{};
+  for (size_t i = 0; i < 2; ++i) {
+    const YAML::Node item = (*node)[i];
+    if (!item.IsScalar() || !parse_double(item.Scalar(), v[i])) {
+      log_->add(key_path(key), fmt::format("expected {}, got {} as item {}", expected, describe(item), i));
+      return;
+    }
+  }
+  out = v;
+}
+
+void MapReader::read_count(const std::string& key, int64_t& out) {
+  const YAML::Node* node = scalar(key, "a number");
+  if (node == nullptr) return;
+  double v = 0;
+  // 9.2e18 keeps the conversion to int64 exact and defined.
+  if (!parse_double(node->Scalar(), v) || std::floor(v) != v || std::fabs(v) > 9.2e18) {
+    log_->add(key_path(key), "expected a whole number of elements (e.g. 5e8 or 500000000), got '" +
+                                 node->Scalar() + "'");
+    return;
+  }
+  out = static_cast<int64_t>(v);
+}
+
+bool MapReader::read_choice(const std::string& key, const std::vector<std::string>& spellings, bool ignore_case,
+                            int& index) {
+  index = -1;
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return true;
+  const std::string supported = join(spellings);
+  if (!node->IsScalar()) {
+    log_->add(key_path(key), fmt::format("expected one of {}, got {}", supported, describe(*node)));
+    return false;
+  }
+  const std::string& value = node->Scalar();
+  for (size_t i = 0; i < spellings.size(); ++i) {
+    if (value == spellings[i] || (ignore_case && lower(value) == lower(spellings[i]))) {
+      index = static_cast<int>(i);
+      return true;
+    }
+  }
+  std::string message = fmt::format("'{}' is not supported; supported: {}", value, supported);
+  // A guess for a word of three letters is more often wrong than helpful ("gpu" is not "cpu").
+  const std::string guess = value.size() > 3 ? closest_match(value, spellings) : "";
+  if (!guess.empty()) message += "; did you mean " + guess + "?";
+  log_->add(key_path(key), message);
+  return false;
+}
+
+MapReader MapReader::section(const std::string& key) {
+  const YAML::Node* node = find(key);
+  return MapReader(node != nullptr ? *node : YAML::Node(), key_path(key), *log_);
+}
+
+void MapReader::finish(const std::map<std::string, std::string>& hints) {
+  for (const auto& e : entries_) {
+    if (std::find(known_.begin(), known_.end(), e.first) != known_.end()) continue;
+    const auto hint = hints.find(e.first);
+    if (hint != hints.end()) {
+      log_->add(key_path(e.first), hint->second);
+      continue;
+    }
+    const std::string guess = closest_match(e.first, known_);
+    if (!guess.empty()) {
+      log_->add(key_path(e.first), "unknown key; did you mean " + guess + "?");
+    } else {
+      log_->add(key_path(e.first), "unknown key; valid keys here: " + join(known_));
+    }
+  }
+}
+
+}  // namespace config_detail
+}  // namespace strata

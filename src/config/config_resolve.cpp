@@ -1,0 +1,85 @@
+// Resolution: model presets, the batch triple, stage-dependent defaults, and the derived
+// numbers (rank grid, padded vocabulary, parameter count, FLOPs per token) that logs,
+// MFU and memory estimates are computed from.
+#include "config/config_internal.h"
+#include "core/error.h"
+
+namespace strata {
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = {
+      {"gpt2-124m", 12, 12, 768},
+      {"gpt2-350m", 24, 16, 1024},
+      {"gpt2-774m", 36, 20, 1280},
+      {"gpt2-1558m", 48, 25, 1600},
+  };
+  return presets;
+}
+
+int64_t count_gpt_params(int n_layer, int d_model, int vocab_size, int seq_len) {
+  const int64_t c = d_model;
+  const int64_t embeddings = int64_t{vocab_size} * c + int64_t{seq_len} * c;  // wte (tied head) + wpe
+  // Per block: ln_1, ln_2 (2C each), c_attn (3C² + 3C), attn c_proj (C² + C), c_fc (4C² + 4C),
+  // mlp c_proj (4C² + C).
+  const int64_t per_layer = 12 * c * c + 13 * c;
+  return embeddings + n_layer * per_layer + 2 * c;  // + ln_f
+}
+
+namespace config_detail {
+
+const ModelPreset* find_preset(const std::string& name) {
+  for (const auto& preset : model_presets()) {
+    if (name == preset.name) return &preset;
+  }
+  return nullptr;
+}
+
+ModelConfig expand_preset(const ModelConfig& model) {
+  ModelConfig out = model;
+  if (const ModelPreset* preset = find_preset(model.preset)) {
+    if (!out.n_layer) out.n_layer = preset->n_layer;
+    if (!out.n_head) out.n_head = preset->n_head;
+    if (!out.d_model) out.d_model = preset->d_model;
+  }
+  return out;
+}
+
+}  // namespace config_detail
+
+void resolve_config(Config& cfg, int world_size) {
+  const std::vector<std::string> problems = validate_config(cfg, world_size);
+  if (!problems.empty()) throw UserErrors(problems);
+
+  cfg.model = config_detail::expand_preset(cfg.model);
+  Derived& d = cfg.derived;
+  d = Derived{};
+  d.world_size = world_size;
+  d.tp_size = cfg.parallelism.tensor_model_parallel_size;
+  d.pp_size = cfg.parallelism.pipeline_model_parallel_size;
+  d.dp_size = world_size / (d.tp_size * d.pp_size);
+
+  config_detail::BatchSizes batch;
+  config_detail::derive_batch_sizes(cfg, d.dp_size, batch);  // validated above, cannot fail
+  cfg.train_batch_size = batch.train;
+  cfg.train_micro_batch_size_per_gpu = batch.micro;
+  cfg.gradient_accumulation_steps = batch.accum;
+  d.global_batch = batch.train;
+  d.micro_batch = batch.micro;
+  d.grad_accum = batch.accum;
+
+  if (!cfg.zero_optimization.overlap_comm) cfg.zero_optimization.overlap_comm = cfg.zero_optimization.stage == 3;
+
+  const ModelConfig& m = cfg.model;
+  const int64_t seq_len = m.seq_len;
+  d.tokens_per_step = int64_t{d.global_batch} * seq_len;
+  // Padding to 128 × TP keeps every TP slice of the vocabulary a multiple of 128 rows.
+  const int64_t multiple = int64_t{128} * d.tp_size;
+  d.padded_vocab = static_cast<int>((m.vocab_size + multiple - 1) / multiple * multiple);
+  d.n_params = count_gpt_params(*m.n_layer, *m.d_model, d.padded_vocab, m.seq_len);
+  d.n_params_unpadded = count_gpt_params(*m.n_layer, *m.d_model, m.vocab_size, m.seq_len);
+  // 6N for the matmuls against parameters (2 forward + 4 backward), plus attention scores and
+  // weighted values: 2·2·L·C·T per token forward, ×3 with backward, halved for the causal mask.
+  d.flops_per_token = 6 * d.n_params + 6 * int64_t{*m.n_layer} * int64_t{*m.d_model} * seq_len;
+}
+
+}  // namespace strata

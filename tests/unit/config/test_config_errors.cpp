@@ -1,0 +1,289 @@
+// Config problems: every error class has its message and key path, all problems of a
+// config come back together, and features that are not implemented yet are refused.
+#include "config_test_util.h"
+
+using namespace strata;
+using strata_test::has_problem;
+using strata_test::joined;
+using strata_test::kTinyConfig;
+using strata_test::problems;
+
+namespace {
+std::vector<std::string> tiny_problems(const std::string& extra, const std::vector<std::string>& overrides = {},
+                                       int world_size = 1) {
+  return problems(std::string(kTinyConfig) + extra, overrides, world_size);
+}
+}  // namespace
+
+TEST_CASE("unknown keys name the path and suggest the closest valid key") {
+  auto p = tiny_problems("zero_optimisation: {stage: 0}\n");
+  REQUIRE(p.size() == 1);
+  CHECK(p[0] == "zero_optimisation: unknown key; did you mean zero_optimization?");
+
+  p = tiny_problems("optimizer: {params: {lrr: 0.1}}\n");
+  REQUIRE(p.size() == 1);
+  CHECK(p[0] == "optimizer.params.lrr: unknown key; did you mean lr?");
+
+  // Nothing close: the valid keys of that level are listed instead.
+  p = tiny_problems("optimizer: {params: {learning_rate: 0.1}}\n");
+  REQUIRE(p.size() == 1);
+  CHECK(p[0] == "optimizer.params.learning_rate: unknown key; valid keys here: lr, betas, eps, weight_decay, "
+                "adam_w_mode");
+
+  p = tiny_problems("parallelism: {pipeline: {schedul: gpipe}}\n");
+  CHECK(has_problem(p, "parallelism.pipeline.schedul: unknown key; did you mean schedule?"));
+
+  // DeepSpeed sections strata does not implement say so.
+  p = tiny_problems("flops_profiler: {enabled: true}\n");
+  REQUIRE(p.size() == 1);
+  CHECK(p[0] == "flops_profiler: a DeepSpeed setting strata does not implement; remove it");
+}
+
+TEST_CASE("wrong types are reported with the expected type and the value found") {
+  CHECK(tiny_problems("optimizer: {params: {lr: fast}}\n") ==
+        std::vector<std::string>{"optimizer.params.lr: expected a number, got 'fast'"});
+  CHECK(tiny_problems("train: {iters: 10.5}\n") ==
+        std::vector<std::string>{"train.iters: expected an integer, got '10.5'"});
+  CHECK(tiny_problems("data: {shuffle: maybe}\n") ==
+        std::vector<std::string>{"data.shuffle: expected true or false, got 'maybe'"});
+  CHECK(tiny_problems("optimizer: {params: {betas: [0.9]}}\n") ==
+        std::vector<std::string>{
+            "optimizer.params.betas: expected a list of two numbers like [0.9, 0.999], got a list of 1"});
+  CHECK(tiny_problems("fp16: true\n") == std::vector<std::string>{"fp16: expected a map of keys, got 'true'"});
+  CHECK(tiny_problems("data: {train: [a, b]}\n") ==
+        std::vector<std::string>{"data.train: expected a string, got a list"});
+  CHECK(tiny_problems("zero_optimization: {reduce_bucket_size: 1.5}\n") ==
+        std::vector<std::string>{"zero_optimization.reduce_bucket_size: expected a whole number of elements "
+                                 "(e.g. 5e8 or 500000000), got '1.5'"});
+  // Values of three letters or fewer get no guess: "gpu" is not a typo of "cpu".
+  CHECK(tiny_problems("device: gpu\n") ==
+        std::vector<std::string>{"device: 'gpu' is not supported; supported: auto, cpu, cuda"});
+  CHECK(tiny_problems("comm: {backend: ncll}\n") ==
+        std::vector<std::string>{"comm.backend: 'ncll' is not supported; supported: auto, nccl, mpi; did you mean "
+                                 "nccl?"});
+  CHECK(tiny_problems("optimizer: {type: Lamb}\n") ==
+        std::vector<std::string>{"optimizer.type: 'Lamb' is not supported; supported: AdamW, Adam"});
+  CHECK(tiny_problems("", {"model.n_layer=99999999999"}) ==
+        std::vector<std::string>{"model.n_layer: must be in -2147483648..2147483647, got 99999999999 (set by --set model.n_layer)"});
+  CHECK(tiny_problems("gradient_clipping: .inf\n") ==
+        std::vector<std::string>{"gradient_clipping: expected a number, got '.inf'"});
+}
+
+TEST_CASE("HuggingFace 'auto' values are explained") {
+  const auto p = tiny_problems("train_batch_size: auto\noptimizer: {params: {lr: auto, betas: auto}}\n");
+  REQUIRE(p.size() == 3);
+  CHECK(p[0] == "train_batch_size: 'auto' is resolved by the HuggingFace Trainer; strata needs an integer");
+  CHECK(p[1] == "optimizer.params.lr: 'auto' is resolved by the HuggingFace Trainer; strata needs a number");
+  CHECK(has_problem(p, "optimizer.params.betas: 'auto' is resolved by the HuggingFace Trainer"));
+}
+
+TEST_CASE("out-of-range values name the allowed range") {
+  CHECK(tiny_problems("zero_optimization: {stage: 4}\n") ==
+        std::vector<std::string>{"zero_optimization.stage: must be in 0..3, got 4"});
+  CHECK(tiny_problems("optimizer: {params: {lr: -0.1}}\n") ==
+        std::vector<std::string>{"optimizer.params.lr: must be > 0, got -0.1"});
+  CHECK(tiny_problems("optimizer: {params: {betas: [0.9, 1.5]}}\n") ==
+        std::vector<std::string>{"optimizer.params.betas: each beta must be in [0, 1), got [0.9, 1.5]"});
+  CHECK(tiny_problems("train: {iters: 0}\n") == std::vector<std::string>{"train.iters: must be ≥ 1, got 0"});
+  CHECK(tiny_problems("gradient_clipping: -1\n") ==
+        std::vector<std::string>{"gradient_clipping: must be ≥ 0, got -1"});
+  CHECK(tiny_problems("gradient_accumulation_steps: 0\n") ==
+        std::vector<std::string>{"gradient_accumulation_steps: must be ≥ 1, got 0"});
+  CHECK(tiny_problems("scheduler: {type: WarmupCosineLR, params: {total_num_steps: 10, cos_min_ratio: 2}}\n") ==
+        std::vector<std::string>{"scheduler.params.cos_min_ratio: must be in [0, 1], got 2",
+                                 "scheduler.params.total_num_steps: must exceed the warmup length 1000 for "
+                                 "WarmupCosineLR, got 10"});
+}
+
+TEST_CASE("cross-key rules: precision, optimizer mode, model shape, rank grid") {
+  auto p = tiny_problems("fp16: {enabled: true}\nbf16: {enabled: true}\n");
+  CHECK(has_problem(p, "bf16.enabled: fp16 and bf16 are both enabled; enable at most one of them"));
+
+  CHECK(has_problem(tiny_problems("optimizer: {type: AdamW, params: {adam_w_mode: false}}\n"),
+                    "optimizer.params.adam_w_mode: false asks for L2 regularisation"));
+  CHECK(tiny_problems("optimizer: {type: Adam, params: {adam_w_mode: false}}\n").empty());
+
+  CHECK(tiny_problems("", {"model.d_model=66", "model.n_head=4"}) ==
+        std::vector<std::string>{"model.d_model: 66 is not divisible by model.n_head = 4 (set by --set model.d_model)"});
+
+  p = tiny_problems("parallelism: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2}\n", {}, 6);
+  CHECK(has_problem(p, "parallelism: world size 6 is not divisible by TP×PP = 4"));
+
+  p = tiny_problems("parallelism: {tensor_model_parallel_size: 2}\n", {"model.n_head=3", "model.d_model=48"}, 2);
+  CHECK(has_problem(p, "parallelism.tensor_model_parallel_size: model.n_head = 3 is not divisible by "
+                       "tensor_model_parallel_size 2"));
+
+  p = tiny_problems("parallelism: {pipeline_model_parallel_size: 4}\n", {}, 4);
+  CHECK(has_problem(p, "parallelism.pipeline_model_parallel_size: 4 pipeline stages need at least as many layers, "
+                       "but model.n_layer = 2"));
+
+  CHECK(tiny_problems("", {}, 0) == std::vector<std::string>{"--world-size: must be ≥ 1, got 0"});
+}
+
+TEST_CASE("batch rule: each derivation case reports what does not divide") {
+  const std::string model = "model: {n_layer: 2, n_head: 2, d_model: 64, vocab_size: 256, seq_len: 32}\n";
+  auto p = problems("train_batch_size: 64\ntrain_micro_batch_size_per_gpu: 4\ngradient_accumulation_steps: 4\n" +
+                        model,
+                    {}, 2);
+  CHECK(p == std::vector<std::string>{"train_batch_size: 64 ≠ train_micro_batch_size_per_gpu × "
+                                      "gradient_accumulation_steps × data-parallel size = 4 × 4 × 2 = 32"});
+  p = problems("train_batch_size: 64\ntrain_micro_batch_size_per_gpu: 3\n" + model, {}, 2);
+  CHECK(p == std::vector<std::string>{"train_batch_size: 64 is not divisible by train_micro_batch_size_per_gpu × "
+                                      "data-parallel size = 3 × 2 = 6, so gradient_accumulation_steps cannot be "
+                                      "derived"});
+  p = problems("train_batch_size: 64\ngradient_accumulation_steps: 3\n" + model, {}, 2);
+  CHECK(p == std::vector<std::string>{"train_batch_size: 64 is not divisible by gradient_accumulation_steps × "
+                                      "data-parallel size = 3 × 2 = 6, so train_micro_batch_size_per_gpu cannot be "
+                                      "derived"});
+  p = problems("train_batch_size: 63\n" + model, {}, 2);
+  CHECK(p == std::vector<std::string>{"train_batch_size: 63 is not divisible by the data-parallel size 2, so "
+                                      "train_micro_batch_size_per_gpu cannot be derived"});
+  p = problems(model, {}, 2);
+  CHECK(p == std::vector<std::string>{"train_batch_size: set train_batch_size or train_micro_batch_size_per_gpu"});
+  p = problems("gradient_accumulation_steps: 2\n" + model, {}, 2);
+  CHECK(has_problem(p, "train_batch_size: set train_batch_size or train_micro_batch_size_per_gpu"));
+}
+
+TEST_CASE("scheduler problems: missing type, unknown type, foreign and missing parameters") {
+  CHECK(has_problem(tiny_problems("scheduler: {params: {warmup_num_steps: 5}}\n"),
+                    "scheduler.type: required when a scheduler section is given"));
+  CHECK(tiny_problems("scheduler: {type: WarmupLr}\n") ==
+        std::vector<std::string>{"scheduler.type: 'WarmupLr' is not supported; supported: WarmupLR, WarmupDecayLR, "
+                                 "WarmupCosineLR; did you mean WarmupLR?"});
+  CHECK(tiny_problems("scheduler: {type: WarmupLR, params: {cos_min_ratio: 0.1}}\n") ==
+        std::vector<std::string>{"scheduler.params.cos_min_ratio: not a parameter of WarmupLR (its parameters: "
+                                 "warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type)"});
+  CHECK(tiny_problems("scheduler: {type: WarmupDecayLR}\n") ==
+        std::vector<std::string>{"scheduler.params.total_num_steps: required for WarmupDecayLR (the step where the "
+                                 "decay ends, usually train.iters)"});
+  CHECK(tiny_problems("scheduler: {type: WarmupLR, params: {warmup_type: cosine}}\n") ==
+        std::vector<std::string>{"scheduler.params.warmup_type: 'cosine' is not supported; supported: log, linear"});
+}
+
+TEST_CASE("model, loop and checkpoint consistency problems") {
+  auto p = problems("train_micro_batch_size_per_gpu: 1\nmodel: {n_head: 2}\n");
+  CHECK(p.size() == 2);
+  CHECK(has_problem(p, "model.n_layer: required without a preset (or set model.preset: one of gpt2-124m, "));
+  CHECK(has_problem(p, "model.d_model: required without a preset"));
+  CHECK(problems("train_micro_batch_size_per_gpu: 1\nmodel: {preset: gpt2-125m}\n") ==
+        std::vector<std::string>{"model.preset: unknown preset 'gpt2-125m'; did you mean gpt2-124m? (presets: "
+                                 "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m)"});
+  CHECK(tiny_problems("train: {eval_interval: 10}\n") ==
+        std::vector<std::string>{"train.eval_interval: evaluation needs validation data: set data.val, or set "
+                                 "eval_interval to 0"});
+  CHECK(tiny_problems("checkpoint: {save_interval: 10}\n") ==
+        std::vector<std::string>{"checkpoint.dir: save_interval/save_initial need a directory to save into; set "
+                                 "checkpoint.dir"});
+  CHECK(tiny_problems("train: {iters: 5}\ntrain: {iters: 6}\n") ==
+        std::vector<std::string>{"train: appears more than once in the same section; keep one"});
+}
+
+TEST_CASE("features that parse but are not implemented yet are refused with their key") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"fp16.enabled=true", "fp16.enabled: fp16 training is not supported yet"},
+      {"bf16.enabled=true", "bf16.enabled: bf16 training is not supported yet"},
+      {"zero_optimization.stage=2", "zero_optimization.stage: ZeRO stage 2 is not supported yet"},
+      {"zero_optimization.offload_optimizer.device=cpu", "zero_optimization.offload_optimizer.device: offloading "
+                                                          "to cpu is not supported yet"},
+      {"zero_optimization.offload_param.device=nvme", "zero_optimization.offload_param.device: offloading to nvme "
+                                                       "is not supported yet"},
+      {"parallelism.tensor_model_parallel_size=2", "parallelism.tensor_model_parallel_size: tensor parallelism "
+                                                   "(size > 1) is not supported yet"},
+      {"parallelism.pipeline_model_parallel_size=2", "parallelism.pipeline_model_parallel_size: pipeline "
+                                                     "parallelism (size > 1) is not supported yet"},
+      {"parallelism.sequence_parallel=true", "parallelism.sequence_parallel: sequence parallelism is not supported "
+                                             "yet"},
+      {"parallelism.pipeline.schedule=gpipe", "parallelism.pipeline.schedule: the gpipe schedule is not supported "
+                                              "yet"},
+      {"parallelism.pipeline.virtual_stages=2", "parallelism.pipeline.virtual_stages: virtual pipeline stages are "
+                                                "not supported yet"},
+      {"parallelism.pipeline.partition=parameters", "parallelism.pipeline.partition: the parameters partition is "
+                                                    "not supported yet"},
+      {"model.recompute=selective", "model.recompute: selective recomputation is not supported yet"},
+      {"activation_checkpointing.partition_activations=true", "activation_checkpointing.partition_activations: "
+                                                              "true is not supported yet"},
+      {"activation_checkpointing.cpu_checkpointing=true", "activation_checkpointing.cpu_checkpointing: true is "
+                                                          "not supported yet"},
+      {"activation_checkpointing.contiguous_memory_optimization=true",
+       "activation_checkpointing.contiguous_memory_optimization: true is not supported yet"},
+      {"activation_checkpointing.synchronize_checkpoint_boundary=true",
+       "activation_checkpointing.synchronize_checkpoint_boundary: true is not supported yet"},
+      {"activation_checkpointing.profile=true", "activation_checkpointing.profile: true is not supported yet"},
+      {"activation_checkpointing.number_checkpoints=4", "activation_checkpointing.number_checkpoints: is not "
+                                                        "supported yet"},
+      {"device=cuda", "device: cuda is not supported yet"},
+      {"comm.backend=nccl", "comm.backend: nccl is not supported yet"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.first);
+    // World size 4 keeps TP=2 and PP=2 on a valid grid, so only the refusal remains.
+    const auto p = problems(kTinyConfig, {c.first}, 4);
+    REQUIRE(p.size() == 1);
+    CHECK(p[0].rfind(c.second, 0) == 0);
+  }
+  // The defaults of the same keys, and world sizes above 1, are accepted.
+  CHECK(problems(kTinyConfig, {"zero_optimization.stage=0", "model.recompute=full", "device=cpu",
+                               "comm.backend=mpi", "activation_checkpointing.number_checkpoints=null"},
+                 8)
+            .empty());
+}
+
+TEST_CASE("five different mistakes are reported together") {
+  const auto p = problems(R"(
+train_batch_size: 30
+train_micro_batch_size_per_gpu: 4
+zero_optimisation: {stage: 0}
+optimizer: {params: {lr: fast}}
+train: {iters: -5}
+fp16: {enabled: true}
+bf16: {enabled: true}
+model: {preset: gpt2-124m}
+)");
+  INFO(joined(p));
+  // Type and key problems first (in schema order, unknown keys after their section's known
+  // ones), then rule problems, then refusals: the same order on every run.
+  CHECK(p == std::vector<std::string>{
+                 "optimizer.params.lr: expected a number, got 'fast'",
+                 "zero_optimisation: unknown key; did you mean zero_optimization?",
+                 "train_batch_size: 30 is not divisible by train_micro_batch_size_per_gpu × data-parallel size = 4 × "
+                 "1 = 4, so gradient_accumulation_steps cannot be derived",
+                 "bf16.enabled: fp16 and bf16 are both enabled; enable at most one of them",
+                 "train.iters: must be ≥ 1, got -5",
+                 "fp16.enabled: fp16 training is not supported yet",
+                 "bf16.enabled: bf16 training is not supported yet (it arrives with the CUDA backend)",
+             });
+}
+
+TEST_CASE("validate_config checks a config built in code") {
+  Config c;
+  c.train_batch_size = 10;
+  c.model.n_layer = 2;
+  c.model.n_head = 3;
+  c.model.d_model = 64;
+  c.optimizer.params.eps = 0;
+  const auto p = validate_config(c, 4);
+  CHECK(p == std::vector<std::string>{
+                 "train_batch_size: 10 is not divisible by the data-parallel size 4, so "
+                 "train_micro_batch_size_per_gpu cannot be derived",
+                 "optimizer.params.eps: must be > 0, got 0", "model.d_model: 64 is not divisible by model.n_head = 3"});
+  CHECK_THROWS_AS(resolve_config(c, 4), UserErrors);
+  c.train_batch_size = 8;
+  c.model.n_head = 4;
+  c.optimizer.params.eps = 1e-8;
+  CHECK(validate_config(c, 4).empty());
+}
+
+TEST_CASE("YAML syntax errors and non-map documents are reported with their source") {
+  try {
+    strata_test::load("model:\n  n_layer: [1, 2\n");
+    FAIL("expected a syntax error");
+  } catch (const UserErrors& e) {
+    REQUIRE(e.errors().size() == 1);
+    CHECK(e.errors()[0].rfind("test.yaml:", 0) == 0);
+    CHECK(e.errors()[0].find("YAML syntax error") != std::string::npos);
+  }
+  CHECK(problems("- 1\n- 2\n") == std::vector<std::string>{"test.yaml: the top level must be a map of config keys "
+                                                          "(key: value lines), got a list"});
+  CHECK_THROWS_WITH(load_config_file("/nonexistent/strata.yaml", {}, 1),
+                    Catch::Contains("config file '/nonexistent/strata.yaml': cannot open it"));
+}
