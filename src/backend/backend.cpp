@@ -1,0 +1,46 @@
+// Backend pieces common to every implementation: the owned Buffer and the linear-layer
+// conveniences, which reduce to matmul/bias_backward so a new backend only writes the ops.
+#include "backend/backend.h"
+
+#include <stdexcept>
+#include <utility>
+
+namespace strata {
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ && release_) release_(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    device_ = other.device_;
+    release_ = std::exchange(other.release_, nullptr);
+  }
+  return *this;
+}
+
+Buffer::~Buffer() {
+  if (data_ && release_) release_(data_);
+}
+
+Tensor Buffer::view(size_t offset, DType dtype, std::initializer_list<int64_t> dims) const {
+  Tensor t(nullptr, dtype, dims, device_);
+  if (offset + t.bytes() > bytes_) {
+    throw std::out_of_range("Buffer::view: " + t.shape_string() + " at byte " + std::to_string(offset) +
+                            " exceeds the buffer's " + std::to_string(bytes_) + " bytes");
+  }
+  t.data = static_cast<char*>(data_) + offset;
+  return t;
+}
+
+void Backend::linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  matmul(out, inp, weight, bias, /*trans_a=*/false, /*trans_b=*/false, /*accumulate=*/false);
+}
+
+void Backend::linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                              Tensor weight) {
+  if (dinp.defined()) matmul(dinp, dout, weight, Tensor(), false, /*trans_b=*/true, false);
+  matmul(dweight, inp, dout, Tensor(), /*trans_a=*/true, false, /*accumulate=*/true);
+  if (dbias.defined()) bias_backward(dbias, dout);
+}
+
+}  // namespace strata

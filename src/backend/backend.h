@@ -1,0 +1,149 @@
+// Public header of src/backend: the Backend interface holding every op the model and the
+// optimizer need, the owned device Buffer, and the factory for the CPU backend (the fp32
+// ground truth; BF16/F16 tensors are converted to fp32 on load and rounded back on store).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/core.h"
+
+namespace strata {
+
+// Memory owned on a backend's device; freed (with the backend's own release function) when
+// the buffer is destroyed. Move-only.
+class Buffer {
+ public:
+  using Release = void (*)(void*);
+  Buffer() = default;
+  Buffer(void* data, size_t bytes, Device device, Release release)
+      : data_(data), bytes_(bytes), device_(device), release_(release) {}
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  // A tensor view at a byte offset; throws std::out_of_range when it would not fit.
+  Tensor view(size_t offset, DType dtype, std::initializer_list<int64_t> dims) const;
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_ = Device::CPU;
+  Release release_ = nullptr;
+};
+
+// One AdamW step's scalars. Bias corrections are passed in (not derived from a step count)
+// so that schedules, skipped steps and resumes stay the optimizer's business.
+struct AdamWArgs {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double bias_correction1 = 1.0;  // 1 − β1^t
+  double bias_correction2 = 1.0;  // 1 − β2^t
+  double grad_scale = 1.0;        // gradients are multiplied by this first (clip coefficient, 1/loss scale)
+  bool decoupled = true;          // true: AdamW decay p *= 1 − lr·wd; false: L2, g += wd·p
+};
+
+// Conventions for every op:
+// - Tensors are views; "(N, C)" means the op reads the tensor as N rows of C contiguous
+//   elements, whatever its ndim (leading dims are flattened), unless stated otherwise.
+// - "overwrites" means the output's previous contents are ignored; "accumulates" means +=.
+// - An undefined Tensor (data == nullptr) passed where an argument is marked optional skips
+//   that part of the op.
+// - Shape or device mismatches are programming errors: std::invalid_argument naming the op.
+// - Ops are not thread-safe: one backend instance serves one thread.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory and whole-tensor ops ----
+  // Zero-filled memory on this backend's device, 256-byte aligned.
+  virtual Buffer allocate(size_t bytes) = 0;
+  // dst = src, same dtype and numel; either side may be host memory or this device's memory.
+  virtual void copy(Tensor src, Tensor dst) = 0;
+  // dst = src converted between F32, BF16 and F16 (round to nearest even); same numel.
+  virtual void cast(Tensor src, Tensor dst) = 0;
+  virtual void zero(Tensor t) = 0;                 // any dtype
+  virtual void fill(Tensor t, float value) = 0;    // float dtypes
+  virtual void scale(Tensor t, float factor) = 0;  // t *= factor
+  // Σ t², accumulated in double in a fixed order (deterministic); used for the grad norm.
+  virtual double sum_squares(Tensor t) = 0;
+
+  // ---- layers ----
+  // out (M, N) = op(a) · op(b) [+ bias (N)], where op(a) is (M, K) — a stored (M, K), or
+  // (K, M) when trans_a — and op(b) is (K, N) — b stored (K, N), or (N, K) when trans_b.
+  // accumulate: out += …, else out is overwritten. bias is optional.
+  virtual void matmul(Tensor out, Tensor a, Tensor b, Tensor bias, bool trans_a, bool trans_b,
+                      bool accumulate) = 0;
+  // dbias (N) += Σ over rows of dout (M, N).
+  virtual void bias_backward(Tensor dbias, Tensor dout) = 0;
+  // out = a + b elementwise (same numel); out may alias a or b.
+  virtual void add(Tensor out, Tensor a, Tensor b) = 0;
+
+  // out (N, C) = (inp − mean) · rstd · weight + bias, eps 1e-5, biased variance; overwrites.
+  // mean, rstd (N): saved for backward (overwritten); optional.
+  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                                 Tensor bias) = 0;
+  // Accumulates dinp (N, C), dweight (C), dbias (C) from dout (N, C) and the saved mean, rstd.
+  virtual void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                                  Tensor weight, Tensor mean, Tensor rstd) = 0;
+
+  // Tanh-approximated GELU ("gelu_new"): out = ½x(1 + tanh(√(2/π)(x + 0.044715x³))); overwrites.
+  virtual void gelu_forward(Tensor out, Tensor inp) = 0;
+  // dinp = dout · gelu'(inp); overwrites; dinp may alias dout.
+  virtual void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
+
+  // Causal self-attention. qkv (B, T, 3C) laid out [q | k | v], each C wide with n_head heads
+  // of C/n_head contiguous elements. out (B, T, C) (heads contiguous, same layout as q) and
+  // lse (B, n_head, T), the log-sum-exp of each row of scaled scores, are overwritten.
+  // Scores are q·kᵀ/√head_dim.
+  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head) = 0;
+  // dqkv (B, T, 3C) is overwritten from dout (B, T, C); scores are recomputed from qkv and lse;
+  // out is the forward output.
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
+                                  int n_head) = 0;
+
+  // out (B, T, C) = wte[tokens[b, t]] + wpe[t]; tokens (B, T) I32; wte (V, C); wpe (≥T, C).
+  // Overwrites. A token id outside [0, V) throws UserError.
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
+  // dwte, dwpe accumulate dout (B, T, C) in a fixed order (deterministic).
+  virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
+
+  // Fused softmax + cross-entropy over rows of logits (N, Vp) of which only the first
+  // vocab_size columns are real (the padding is masked out). targets (N) I32.
+  // losses (N), optional, overwritten with logsumexp(logits[n, :V]) − logits[n, target].
+  // write_dlogits: logits are replaced by dlogits = dloss · (softmax − onehot(target)) over
+  // the real columns and 0 over the padding. A target outside [0, V) throws UserError.
+  virtual void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size,
+                                     bool write_dlogits, float dloss) = 0;
+
+  // One torch.optim.AdamW step (torch's operation order) over a contiguous range; param,
+  // exp_avg and exp_avg_sq are updated in place, grad is only read (the scaling and the L2
+  // term are applied to a private copy). All four have the same numel.
+  virtual void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                            const AdamWArgs& args) = 0;
+
+  // ---- conveniences built from the ops above, shared by every backend ----
+  // Linear layer with weights in HF Conv1D layout: out (N, Out) = inp (N, In) · weight (In, Out)
+  // + bias (Out); overwrites; bias optional.
+  void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
+  // dinp (N, In) = dout · weightᵀ, overwritten (optional); dweight (In, Out) += inpᵀ · dout;
+  // dbias (Out) += Σ dout (optional).
+  void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight);
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace strata

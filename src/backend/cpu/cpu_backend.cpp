@@ -1,0 +1,221 @@
+// CPU backend, part 1: memory, whole-tensor ops, elementwise layers, embeddings and AdamW.
+// Every float tensor goes through Fp32Span, so BF16/F16 storage is emulated uniformly.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "backend/cpu/fp32_span.h"
+
+namespace strata {
+namespace cpu {
+
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+int64_t cols_of(const Tensor& t) { return t.ndim == 0 ? 1 : t.dim(-1); }
+int64_t rows_of(const Tensor& t) {
+  const int64_t cols = cols_of(t);
+  return cols == 0 ? 0 : t.numel() / cols;
+}
+
+void require_host(const char* op, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->defined()) require(t->device == Device::CPU, op, "a tensor is not in host memory");
+  }
+}
+
+namespace {
+
+void release_host(void* p) { std::free(p); }
+
+void require_dtype(const Tensor& t, DType dtype, const char* op, const char* what) {
+  require(t.dtype == dtype, op, std::string(what) + " must be " + dtype_name(dtype) + ", got " +
+                                    dtype_name(t.dtype));
+}
+
+}  // namespace
+
+Buffer CpuBackend::allocate(size_t bytes) {
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded ? rounded : 256);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return Buffer(p, bytes, Device::CPU, &release_host);
+}
+
+void CpuBackend::copy(Tensor src, Tensor dst) {
+  require_host("copy", {&src, &dst});
+  require(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy",
+          "src " + src.shape_string() + " " + dtype_name(src.dtype) + " vs dst " + dst.shape_string() + " " +
+              dtype_name(dst.dtype));
+  if (src.data != dst.data) std::memmove(dst.data, src.data, src.bytes());
+}
+
+void CpuBackend::cast(Tensor src, Tensor dst) {
+  require_host("cast", {&src, &dst});
+  require(src.numel() == dst.numel(), "cast", "src " + src.shape_string() + " vs dst " + dst.shape_string());
+  convert_elements(src.data, src.dtype, dst.data, dst.dtype, static_cast<size_t>(src.numel()));
+}
+
+void CpuBackend::zero(Tensor t) {
+  require_host("zero", {&t});
+  std::memset(t.data, 0, t.bytes());
+}
+
+void CpuBackend::fill(Tensor t, float value) {
+  Fp32Span s(t, Access::Write);
+  for (int64_t i = 0; i < s.size(); ++i) s[i] = value;
+}
+
+void CpuBackend::scale(Tensor t, float factor) {
+  Fp32Span s(t, Access::ReadWrite);
+  for (int64_t i = 0; i < s.size(); ++i) s[i] *= factor;
+}
+
+double CpuBackend::sum_squares(Tensor t) {
+  Fp32Span s(t, Access::Read);
+  double sum = 0.0;
+  for (int64_t i = 0; i < s.size(); ++i) sum += static_cast<double>(s[i]) * s[i];
+  return sum;
+}
+
+void CpuBackend::add(Tensor out, Tensor a, Tensor b) {
+  require(out.numel() == a.numel() && out.numel() == b.numel(), "add",
+          out.shape_string() + " = " + a.shape_string() + " + " + b.shape_string());
+  Fp32Span sa(a, Access::Read), sb(b, Access::Read), so(out, Access::Write);
+  for (int64_t i = 0; i < so.size(); ++i) so[i] = sa[i] + sb[i];
+}
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // √(2/π)
+constexpr float kGeluCubic = 0.044715f;
+}  // namespace
+
+void CpuBackend::gelu_forward(Tensor out, Tensor inp) {
+  require(out.numel() == inp.numel(), "gelu_forward", out.shape_string() + " vs " + inp.shape_string());
+  Fp32Span x(inp, Access::Read), y(out, Access::Write);
+  for (int64_t i = 0; i < y.size(); ++i) {
+    const float v = x[i];
+    // Same operation order as HF's NewGELUActivation, so fp32 results agree closely.
+    const float inner = kGeluScale * (v + kGeluCubic * (v * v * v));
+    y[i] = (0.5f * v) * (1.0f + std::tanh(inner));
+  }
+}
+
+void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+  require(dinp.numel() == inp.numel() && dout.numel() == inp.numel(), "gelu_backward",
+          dinp.shape_string() + ", " + dout.shape_string() + ", " + inp.shape_string());
+  Fp32Span x(inp, Access::Read), dy(dout, Access::Read), dx(dinp, Access::Write);
+  for (int64_t i = 0; i < dx.size(); ++i) {
+    const float v = x[i];
+    const float t = std::tanh(kGeluScale * (v + kGeluCubic * (v * v * v)));
+    const float dinner = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+    const float local = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner;
+    dx[i] = dy[i] * local;
+  }
+}
+
+void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+  const char* op = "embedding_forward";
+  require_host(op, {&out, &tokens});
+  require_dtype(tokens, DType::I32, op, "tokens");
+  require(tokens.ndim == 2, op, "tokens must be (B, T), got " + tokens.shape_string());
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = cols_of(wte), V = rows_of(wte);
+  require(cols_of(out) == C && rows_of(out) == B * T, op,
+          "out " + out.shape_string() + " for tokens " + tokens.shape_string() + " and wte " + wte.shape_string());
+  require(cols_of(wpe) == C && rows_of(wpe) >= T, op, "wpe " + wpe.shape_string() + " too small for T=" + std::to_string(T));
+  Fp32Span e(wte, Access::Read), p(wpe, Access::Read), o(out, Access::Write);
+  const int32_t* tok = tokens.as<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = tok[b * T + t];
+      if (id < 0 || id >= V) {
+        throw UserError("token id " + std::to_string(id) + " at batch row " + std::to_string(b) + ", position " +
+                        std::to_string(t) + " is outside the embedding table [0, " + std::to_string(V) +
+                        "): the data was encoded with a larger vocabulary than model.vocab_size");
+      }
+      const float* er = e.data() + id * C;
+      const float* pr = p.data() + t * C;
+      float* orow = o.data() + (b * T + t) * C;
+      for (int64_t c = 0; c < C; ++c) orow[c] = er[c] + pr[c];
+    }
+  }
+}
+
+void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
+  const char* op = "embedding_backward";
+  require_host(op, {&dout, &tokens});
+  require_dtype(tokens, DType::I32, op, "tokens");
+  require(tokens.ndim == 2, op, "tokens must be (B, T), got " + tokens.shape_string());
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = cols_of(dwte), V = rows_of(dwte);
+  require(cols_of(dout) == C && rows_of(dout) == B * T, op, "dout " + dout.shape_string());
+  require(cols_of(dwpe) == C && rows_of(dwpe) >= T, op, "dwpe " + dwpe.shape_string());
+  Fp32Span de(dwte, Access::ReadWrite), dp(dwpe, Access::ReadWrite), g(dout, Access::Read);
+  const int32_t* tok = tokens.as<int32_t>();
+  // Sequential over (b, t): a token repeated in the batch accumulates in one fixed order.
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = tok[b * T + t];
+      require(id >= 0 && id < V, op, "token id " + std::to_string(id) + " outside [0, " + std::to_string(V) + ")");
+      const float* grow = g.data() + (b * T + t) * C;
+      float* erow = de.data() + id * C;
+      float* prow = dp.data() + t * C;
+      for (int64_t c = 0; c < C; ++c) {
+        erow[c] += grow[c];
+        prow[c] += grow[c];
+      }
+    }
+  }
+}
+
+void CpuBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                              const AdamWArgs& args) {
+  const int64_t n = param.numel();
+  require(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n, "adamw_update",
+          "param " + param.shape_string() + ", grad " + grad.shape_string() + ", exp_avg " +
+              exp_avg.shape_string() + ", exp_avg_sq " + exp_avg_sq.shape_string());
+  require(args.bias_correction1 > 0 && args.bias_correction2 > 0, "adamw_update",
+          "bias corrections must be positive (1 − β^t with t ≥ 1)");
+  // torch computes these scalars in double (Python floats) and hands them to fp32 kernels.
+  const float decay = static_cast<float>(1.0 - args.lr * args.weight_decay);
+  const float l2 = static_cast<float>(args.weight_decay);
+  const float beta1 = static_cast<float>(args.beta1);
+  const float one_minus_beta1 = static_cast<float>(1.0 - args.beta1);
+  const float beta2 = static_cast<float>(args.beta2);
+  const float one_minus_beta2 = static_cast<float>(1.0 - args.beta2);
+  const float step_size = static_cast<float>(args.lr / args.bias_correction1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(args.bias_correction2));
+  const float eps = static_cast<float>(args.eps);
+  const float grad_scale = static_cast<float>(args.grad_scale);
+
+  Fp32Span p(param, Access::ReadWrite), g(grad, Access::Read);
+  Fp32Span m(exp_avg, Access::ReadWrite), v(exp_avg_sq, Access::ReadWrite);
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i] * grad_scale;
+    float pi = p[i];
+    if (args.decoupled) {
+      pi = pi * decay;                  // param.mul_(1 − lr·wd)
+    } else {
+      gi = std::fma(pi, l2, gi);        // grad.add(param, alpha=wd)
+    }
+    // torch's CPU kernels for add_(alpha) and addcmul_ are compiled with FMA contraction,
+    // so the fused forms below are what torch.optim actually computes (bit for bit).
+    const float mi = std::fma(gi, one_minus_beta1, m[i] * beta1);        // exp_avg.mul_(β1).add_(g, alpha=1 − β1)
+    const float vi = std::fma(one_minus_beta2 * gi, gi, v[i] * beta2);  // exp_avg_sq.mul_(β2).addcmul_(g, g, value=1 − β2)
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    p[i] = pi + -step_size * mi / denom;  // param.addcdiv_(exp_avg, denom, value=−step_size)
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+
+}  // namespace strata

@@ -1,0 +1,59 @@
+// The CPU backend: fp32 compute with OpenBLAS GEMMs, the reference every other backend and
+// parallel layout is compared against. Ops are split over cpu_backend.cpp (memory, elementwise,
+// embedding, optimizer) and cpu_layers.cpp (GEMM, layernorm, attention, cross-entropy).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace strata::cpu {
+
+// Throws std::invalid_argument "<op>: <what>" unless ok.
+void require(bool ok, const char* op, const std::string& what);
+// Rows and columns of a tensor read as a matrix: (numel / last dim, last dim).
+int64_t rows_of(const Tensor& t);
+int64_t cols_of(const Tensor& t);
+// Throws unless every defined tensor lives in host memory.
+void require_host(const char* op, std::initializer_list<const Tensor*> tensors);
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::CPU; }
+  std::string name() const override { return "cpu"; }
+
+  Buffer allocate(size_t bytes) override;
+  void copy(Tensor src, Tensor dst) override;
+  void cast(Tensor src, Tensor dst) override;
+  void zero(Tensor t) override;
+  void fill(Tensor t, float value) override;
+  void scale(Tensor t, float factor) override;
+  double sum_squares(Tensor t) override;
+
+  void matmul(Tensor out, Tensor a, Tensor b, Tensor bias, bool trans_a, bool trans_b,
+              bool accumulate) override;
+  void bias_backward(Tensor dbias, Tensor dout) override;
+  void add(Tensor out, Tensor a, Tensor b) override;
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                         Tensor bias) override;
+  void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                          Tensor weight, Tensor mean, Tensor rstd) override;
+  void gelu_forward(Tensor out, Tensor inp) override;
+  void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head) override;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
+                          int n_head) override;
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+  void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size,
+                             bool write_dlogits, float dloss) override;
+  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                    const AdamWArgs& args) override;
+
+ private:
+  // T×T score and score-gradient matrices for one (batch, head) of attention, grown on demand.
+  std::vector<float> scores_;
+  std::vector<float> dscores_;
+};
+
+}  // namespace strata::cpu
