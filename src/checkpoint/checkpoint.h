@@ -1,0 +1,213 @@
+// Public header of src/checkpoint: safetensors files, sharded checkpoints (every rank saves
+// its pieces; any layout can load any box of any tensor back), and HuggingFace GPT-2 export.
+// Nothing here knows about the model or the config: tensors are names, dtypes and boxes.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace strata {
+
+// ---------------------------------------------------------------------------------------
+// safetensors: 8-byte little-endian header length N, N bytes of JSON (space-padded here to a
+// multiple of 8), then the packed row-major tensor data in insertion order.
+
+class SafetensorsWriter {
+ public:
+  // `data` is not copied: it must stay valid until write() returns.
+  void add(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data);
+  // For data too large to hold all at once: write() calls `produce` with a buffer of exactly
+  // this tensor's byte size, one tensor at a time, and writes what it fills in.
+  void add_streamed(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                    std::function<void(void* buffer)> produce);
+  void set_metadata(const std::string& key, const std::string& value);
+
+  struct Written {
+    uint64_t bytes = 0;     // total file size
+    uint64_t checksum = 0;  // checksum64 of the whole file
+  };
+  // Writes the file (replacing any existing one) and fsyncs it. Errors are UserErrors naming
+  // the path (e.g. disk full).
+  Written write(const std::string& path) const;
+
+  size_t size() const { return tensors_.size(); }
+
+ private:
+  struct Pending {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    const void* data;
+    std::function<void(void*)> produce;
+  };
+  void check_new_tensor(const std::string& name, const std::vector<int64_t>& shape);
+  std::vector<Pending> tensors_;
+  std::set<std::string> names_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // byte range relative to the start of the data section
+  uint64_t end = 0;
+  uint64_t bytes() const { return end - begin; }
+};
+
+class SafetensorsReader {
+ public:
+  // Reads and validates the header: length, JSON, dtypes, shapes against byte ranges, ranges
+  // inside the file and not overlapping. Any problem is a UserError naming the file.
+  static SafetensorsReader open(const std::string& path);
+
+  SafetensorsReader(SafetensorsReader&&) noexcept;
+  SafetensorsReader& operator=(SafetensorsReader&&) noexcept;
+  ~SafetensorsReader();
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // in file order
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool contains(const std::string& name) const;
+  const SafetensorsEntry& entry(const std::string& name) const;  // UserError if absent
+  uint64_t data_start() const { return data_start_; }            // file offset of the data section
+
+  // Copies the whole tensor into dst (entry(name).bytes() bytes).
+  void read(const std::string& name, void* dst) const;
+  // Copies `nbytes` starting `byte_offset` bytes into the tensor (a slice of it).
+  void read_bytes(const std::string& name, uint64_t byte_offset, uint64_t nbytes, void* dst) const;
+
+ private:
+  SafetensorsReader() = default;
+  std::string path_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// 64-bit checksum of a byte stream (a 4-lane multiply-rotate hash: fast, and any single
+// changed byte always changes it). Feeding the bytes in any chunking gives the same value.
+class Checksum64 {
+ public:
+  Checksum64();
+  void update(const void* data, size_t n);
+  uint64_t digest() const;
+
+ private:
+  uint64_t lanes_[4];
+  unsigned char pending_[32];
+  size_t pending_size_ = 0;
+  uint64_t total_ = 0;
+};
+uint64_t checksum_file(const std::string& path);  // UserError if unreadable
+
+// ---------------------------------------------------------------------------------------
+// Sharded checkpoints.
+//
+// A piece is a row-major box of one global tensor: `offset` and `shape` (per dim) place it in
+// `view_shape`, a row-major view of the tensor. view_shape empty means the tensor's own
+// global_shape (whole tensors, TP slices along a dim). A flat range [a, a + n) of the tensor
+// flattened to 1-D (ZeRO partitions) is view_shape = {numel}, offset = {a}, shape = {n}.
+// view_shape must have the same number of elements as global_shape. Pieces of one tensor may
+// overlap (replicas); together they must cover it.
+struct TensorPiece {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offset;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // packed row-major, shape's element count
+  std::vector<int64_t> view_shape;
+};
+
+struct SaveContext {
+  int rank = 0;
+  int world_size = 1;
+  std::function<void()> barrier;  // collective over all ranks; may be empty when world_size == 1
+};
+
+// Collective: every rank calls it with its own pieces. Writes root/step_%08d.tmp/, then rank 0
+// writes manifest.json, renames the directory to root/step_%08d, atomically replaces
+// root/latest, prunes all but the newest `keep_last` step dirs (0 = keep all; the one just
+// saved is always kept) and removes stale *.tmp dirs. Returns after the checkpoint is complete
+// on every rank; returns the step dir. A failure on any rank throws on every rank, and leaves
+// the previous checkpoint and `latest` untouched. root must be shared by all ranks.
+std::string save_checkpoint(const std::string& root, int64_t step, const SaveContext& context,
+                            const std::vector<TensorPiece>& pieces, const nlohmann::json& rank_state,
+                            const nlohmann::json& global_meta, int keep_last);
+
+// The checkpoint `root/latest` names, or, without a latest file, the highest complete step dir
+// in root; nullopt when there is none. UserError when latest names a missing checkpoint.
+std::optional<std::string> find_latest_checkpoint(const std::string& root);
+
+std::string checkpoint_dir_name(int64_t step);  // "step_00001000"
+
+struct TensorInfo {
+  DType dtype = DType::F32;
+  std::vector<int64_t> global_shape;
+  int64_t numel() const;
+};
+
+class CheckpointReader {
+ public:
+  // `path` is a step dir (holding manifest.json) or a root (then `latest` is followed).
+  // `source_key` names where the path came from in error messages (a config key or a flag).
+  // File sizes are checked here; each file's checksum is checked the first time it is read
+  // from (unless verify_checksums is false).
+  static CheckpointReader open(const std::string& path, const std::string& source_key = "checkpoint.resume",
+                               bool verify_checksums = true);
+
+  CheckpointReader(CheckpointReader&&) noexcept;
+  CheckpointReader& operator=(CheckpointReader&&) noexcept;
+  ~CheckpointReader();
+
+  const std::string& path() const;  // the step dir
+  int64_t step() const;
+  int saved_world_size() const;
+  const nlohmann::json& global_meta() const;
+  const nlohmann::json& rank_state(int rank) const;  // UserError if rank >= saved_world_size()
+  std::vector<std::string> tensor_names() const;     // sorted
+  bool contains(const std::string& name) const;
+  const TensorInfo& info(const std::string& name) const;  // UserError if absent
+
+  // Fills dst (packed row-major, `shape`, dst_dtype) with the box of the global tensor at
+  // `offset`, assembled from whichever pieces cover it. F32/BF16/F16 convert into each other;
+  // integer tensors read only as themselves. UserError for a missing name, a box outside the
+  // tensor, or a part of the box no piece holds.
+  void read_box(const std::string& name, const std::vector<int64_t>& offset, const std::vector<int64_t>& shape,
+                DType dst_dtype, void* dst) const;
+  // The same with the box expressed in another row-major view of the tensor (same numel).
+  void read_view_box(const std::string& name, const std::vector<int64_t>& view_shape,
+                     const std::vector<int64_t>& offset, const std::vector<int64_t>& shape, DType dst_dtype,
+                     void* dst) const;
+  // Elements [begin, begin + count) of the tensor flattened to 1-D.
+  void read_flat(const std::string& name, int64_t begin, int64_t count, DType dst_dtype, void* dst) const;
+  void read_full(const std::string& name, DType dst_dtype, void* dst) const;
+
+  // Checks the checksum of every file now (a checkpoint audit).
+  void verify_all() const;
+
+ private:
+  struct Impl;
+  explicit CheckpointReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------
+// HuggingFace export. The checkpoint's global_meta["model"] holds n_layer, n_head, d_model,
+// vocab_size, padded_vocab, seq_len; parameters are stored as "model.<HF name>" in HF Conv1D
+// [in, out] layout. Writes out_dir/model.safetensors (F32, HF names, wte cut to vocab_size
+// rows) and out_dir/config.json, each via a temporary file and a rename.
+void export_huggingface(const std::string& checkpoint_path, const std::string& out_dir);
+
+}  // namespace strata
