@@ -1,0 +1,52 @@
+// AdamW over the flat parameter buffer: Adam state lives here (fp32 m and v of the same
+// layout), the arithmetic in the backend's fused update, one call per decay range.
+#include "optim/optim.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace strata {
+
+std::vector<ParamRange> merge_param_ranges(std::vector<ParamRange> ranges) {
+  std::vector<ParamRange> merged;
+  for (const ParamRange& r : ranges) {
+    if (!merged.empty() && merged.back().weight_decay == r.weight_decay &&
+        merged.back().offset + merged.back().numel == r.offset) {
+      merged.back().numel += r.numel;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+AdamW::AdamW(Backend& backend, const AdamWSettings& settings, std::vector<ParamRange> ranges, int64_t numel)
+    : backend_(backend), settings_(settings), ranges_(merge_param_ranges(std::move(ranges))), numel_(numel),
+      exp_avg_(static_cast<size_t>(numel), 0.0f), exp_avg_sq_(static_cast<size_t>(numel), 0.0f) {
+  for (const ParamRange& r : ranges_) {
+    if (r.offset < 0 || r.offset + r.numel > numel) throw std::logic_error("AdamW: parameter range outside the buffer");
+  }
+}
+
+void AdamW::step(Tensor params, Tensor grads, float lr, float grad_scale) {
+  ++steps_;
+  AdamWArgs args;
+  args.lr = lr;
+  args.beta1 = settings_.beta1;
+  args.beta2 = settings_.beta2;
+  args.eps = settings_.eps;
+  args.bias_correction1 = 1.0 - std::pow(static_cast<double>(settings_.beta1), static_cast<double>(steps_));
+  args.bias_correction2 = 1.0 - std::pow(static_cast<double>(settings_.beta2), static_cast<double>(steps_));
+  args.grad_scale = grad_scale;
+  args.decoupled = settings_.decoupled;
+  float* p = params.f32();
+  float* g = grads.f32();
+  for (const ParamRange& r : ranges_) {
+    args.weight_decay = r.weight_decay ? settings_.weight_decay : 0.0;
+    backend_.adamw_update(Tensor(p + r.offset, DType::F32, {r.numel}), Tensor(g + r.offset, DType::F32, {r.numel}),
+                          Tensor(exp_avg_.data() + r.offset, DType::F32, {r.numel}),
+                          Tensor(exp_avg_sq_.data() + r.offset, DType::F32, {r.numel}), args);
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,87 @@
+// Public header of src/optim: DeepSpeed-exact learning-rate schedules, the global
+// gradient-norm clip coefficient, and AdamW over a flat parameter buffer whose ranges
+// carry their own weight-decay flag.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/core.h"
+
+namespace strata {
+
+// ---- learning-rate schedules -------------------------------------------------------
+enum class LrScheduleType { Constant, WarmupLR, WarmupDecayLR, WarmupCosineLR };
+
+struct LrScheduleSettings {
+  LrScheduleType type = LrScheduleType::Constant;
+  double lr = 1e-3;              // optimizer lr: Constant's value and WarmupCosineLR's scale
+  double warmup_min_lr = 0.0;    // WarmupLR / WarmupDecayLR
+  double warmup_max_lr = 1e-3;   // WarmupLR / WarmupDecayLR
+  int64_t warmup_num_steps = 1000;
+  bool warmup_log = true;        // warmup_type: log (true) or linear (false)
+  int64_t total_num_steps = 0;   // WarmupDecayLR / WarmupCosineLR
+  double warmup_min_ratio = 0.0; // WarmupCosineLR
+  double cos_min_ratio = 1e-4;   // WarmupCosineLR
+};
+
+// DeepSpeed semantics: the scheduler's iteration `it` starts at -1 and advances after
+// every optimizer step that was not skipped, so optimizer step k runs with lr_at(k - 2).
+class LrSchedule {
+ public:
+  explicit LrSchedule(const LrScheduleSettings& s) : s_(s) {}
+  double lr_at(int64_t it) const;
+  double current_lr() const { return lr_at(iteration_); }
+  void advance() { ++iteration_; }
+  int64_t iteration() const { return iteration_; }
+  void set_iteration(int64_t it) { iteration_ = it; }
+
+ private:
+  LrScheduleSettings s_;
+  int64_t iteration_ = -1;
+};
+
+// ---- clipping ----------------------------------------------------------------------
+// Multiplier applied to gradients so that their global L2 norm is at most max_norm
+// (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), capped at 1; max_norm 0 = off).
+float clip_coefficient(double grad_norm, double max_norm);
+
+// ---- AdamW -------------------------------------------------------------------------
+struct AdamWSettings {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  bool decoupled = true;  // AdamW; false = Adam with L2 added to the gradient
+};
+
+// A contiguous range of the flat buffers with one weight-decay policy.
+struct ParamRange {
+  int64_t offset = 0;
+  int64_t numel = 0;
+  bool weight_decay = true;
+};
+
+// Merges adjacent ranges with the same decay flag (fewer, longer optimizer calls).
+std::vector<ParamRange> merge_param_ranges(std::vector<ParamRange> ranges);
+
+class AdamW {
+ public:
+  AdamW(Backend& backend, const AdamWSettings& settings, std::vector<ParamRange> ranges, int64_t numel);
+  // One update of params from grads (both flat fp32 of `numel` elements); grads are
+  // multiplied by grad_scale first (the clip coefficient).
+  void step(Tensor params, Tensor grads, float lr, float grad_scale);
+  int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  Tensor exp_avg() { return Tensor(exp_avg_.data(), DType::F32, {numel_}); }
+  Tensor exp_avg_sq() { return Tensor(exp_avg_sq_.data(), DType::F32, {numel_}); }
+  size_t state_bytes() const { return (exp_avg_.size() + exp_avg_sq_.size()) * sizeof(float); }
+
+ private:
+  Backend& backend_;
+  AdamWSettings settings_;
+  std::vector<ParamRange> ranges_;
+  int64_t numel_;
+  int64_t steps_ = 0;
+  std::vector<float> exp_avg_, exp_avg_sq_;
+};
+
+}  // namespace strata
