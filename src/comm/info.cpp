@@ -1,0 +1,70 @@
+// `strata info`: what a job sees — world size, each rank's host and local rank, visible
+// GPUs, and library versions. Every rank contributes one row; rank 0 prints them in order.
+#include <fmt/core.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/core.h"
+#ifdef STRATA_HAVE_CUDA
+#include "device_info.cuh"
+#endif
+
+namespace strata {
+namespace {
+
+std::string version_triplet(int v, int major_div, int minor_div) {
+  return fmt::format("{}.{}", v / major_div, (v % major_div) / minor_div);
+}
+
+std::string visible_gpus_summary(std::string* versions) {
+#ifdef STRATA_HAVE_CUDA
+  std::string why;
+  const auto devices = cuda::query_devices(&why);
+  const int driver = cuda::driver_version();
+  *versions = fmt::format("CUDA runtime {}, driver {}, cuBLASLt {}, NCCL {}",
+                          version_triplet(cuda::runtime_version(), 1000, 10),
+                          driver ? version_triplet(driver, 1000, 10) : "none",
+                          cuda::cublaslt_version(),
+                          cuda::nccl_version() ? fmt::format("{}", cuda::nccl_version()) : "not built");
+  if (devices.empty()) return "none (" + why + ")";
+  std::string s;
+  for (const auto& d : devices) {
+    if (!s.empty()) s += "; ";
+    s += fmt::format("{}: {} (sm_{}{}, {:.0f} GiB)", d.index, d.name, d.compute_major, d.compute_minor,
+                     static_cast<double>(d.total_memory_bytes) / (1ull << 30));
+  }
+  return s;
+#else
+  *versions = "CUDA backend not built";
+  return "none (CUDA backend not built)";
+#endif
+}
+
+}  // namespace
+
+int run_info(const MpiRuntime& mpi) {
+  std::string versions;
+  const std::string gpus = visible_gpus_summary(&versions);
+  const char* cuda_visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string row = fmt::format("{:>5}  {:<24} {:>5}/{:<5}  {}{}", mpi.world_rank(), mpi.hostname(),
+                                      mpi.local_rank(), mpi.local_size(), gpus,
+                                      cuda_visible ? fmt::format(" [CUDA_VISIBLE_DEVICES={}]", cuda_visible) : "");
+  constexpr int kRowBytes = 512;
+  std::vector<char> mine(kRowBytes, 0);
+  row.copy(mine.data(), kRowBytes - 1);
+  std::vector<char> all(mpi.world_rank() == 0 ? static_cast<size_t>(kRowBytes) * mpi.world_size() : 1);
+  MPI_CHECK(MPI_Gather(mine.data(), kRowBytes, MPI_CHAR, all.data(), kRowBytes, MPI_CHAR, 0, mpi.world()));
+  if (mpi.world_rank() == 0) {
+    log_info("strata {}", STRATA_VERSION);
+    log_info("MPI: {}", mpi_library_version());
+    log_info("{}", versions);
+    log_info("world size: {}", mpi.world_size());
+    log_info("{:>5}  {:<24} {:>11}  {}", "rank", "host", "local/size", "visible GPUs");
+    for (int r = 0; r < mpi.world_size(); ++r) log_info("{}", std::string(&all[static_cast<size_t>(r) * kRowBytes]));
+  }
+  return 0;
+}
+
+}  // namespace strata

@@ -1,0 +1,62 @@
+# Shared helpers for strata's shell tests: a scratch dir, assertions, mpirun flags.
+# Sourced by tests/{cli,mpi,reference}/test_*.sh, which get $1 = strata binary, $2 = source dir.
+set -euo pipefail
+STRATA="$1"
+SRC="$2"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/strata-test.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+MPIRUN="${STRATA_MPIRUN:-mpirun}"
+MPI_FLAGS=(--oversubscribe)
+[ "$(id -u)" -eq 0 ] && MPI_FLAGS+=(--allow-run-as-root)
+export OMPI_MCA_btl_vader_single_copy_mechanism=none  # containers often forbid CMA
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# run_expect CODE CMD...: runs CMD, captures stdout+stderr in $OUT, checks the exit code.
+run_expect() {
+  local want="$1"; shift
+  set +e
+  OUT="$("$@" 2>&1)"
+  local rc=$?
+  set -e
+  [ "$rc" -eq "$want" ] || { echo "$OUT" >&2; fail "expected exit $want, got $rc: $*"; }
+}
+expect_contains() { grep -qF -- "$2" <<<"$1" || { echo "$1" >&2; fail "output lacks: $2"; }; }
+
+# make_text_data DIR: a small byte-level corpus encoded into DIR/train_*.bin, DIR/val_*.bin.
+make_text_data() {
+  local dir="$1"
+  mkdir -p "$dir"
+  for i in $(seq 1 400); do
+    echo "line $i: the quick brown fox jumps over the lazy dog $((i * 7 % 13)) times and rests."
+  done > "$dir/corpus.txt"
+  "$STRATA" data encode --input "$dir/corpus.txt" --out "$dir" --val-fraction 0.1 >/dev/null
+}
+
+# write_small_config FILE DATA_DIR [extra yaml lines...]: a tiny model that steps quickly.
+write_small_config() {
+  local file="$1" data="$2"; shift 2
+  {
+    echo "train_micro_batch_size_per_gpu: 4"
+    echo "gradient_accumulation_steps: 2"
+    echo "optimizer: {type: AdamW, params: {lr: 0.003, weight_decay: 0.1}}"
+    echo "gradient_clipping: 1.0"
+    echo "steps_per_print: 1"
+    echo "model: {n_layer: 2, n_head: 2, d_model: 32, vocab_size: 256, seq_len: 32}"
+    echo "data: {train: \"$data/train_*.bin\", val: \"$data/val_*.bin\"}"
+    for line in "$@"; do echo "$line"; done
+  } > "$file"
+}
+
+# train_losses FILE: "step loss" per train record of a metrics JSONL, the last record of each
+# step winning (a resumed run repeats the steps after its checkpoint).
+train_losses() {
+  python3 -c '
+import json, sys
+last = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["type"] == "train": last[r["step"]] = repr(r["loss"])
+for s in sorted(last): print(s, last[s])
+' "$1"
+}
