@@ -3,18 +3,108 @@
 #include <CLI/CLI.hpp>
 
 #include <exception>
+#include <memory>
 
+#include "checkpoint/checkpoint.h"
+#include "comm/comm.h"
+#include "config/config.h"
 #include "core/core.h"
+#include "data/data.h"
+#include "train/train.h"
+
+namespace {
+
+using strata::log_error;
+
+int report_user_error(const strata::UserError& e) {
+  // Every rank sees the same user error (same config, same files); one copy is enough.
+  if (strata::process_rank() <= 0) {
+    if (auto* many = dynamic_cast<const strata::UserErrors*>(&e)) {
+      log_error("{} problem{} found:", many->errors().size(), many->errors().size() == 1 ? "" : "s");
+      for (const auto& line : many->errors()) log_error("  {}", line);
+    } else {
+      log_error("{}", e.what());
+    }
+  }
+  return strata::kExitUserError;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: GPT training over DP x TP x PP ranks with ZeRO, from one YAML config"};
   app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION);
   app.require_subcommand(1);
+
+  // strata config CONFIG [--world-size N] [--set k=v]...
+  std::string config_path;
+  int config_world_size = 1;
+  std::vector<std::string> overrides;
+  auto* config_cmd = app.add_subcommand("config", "Validate a config and print it resolved, with derived values");
+  config_cmd->add_option("config", config_path, "YAML or ds_config JSON file")->required();
+  config_cmd->add_option("--world-size", config_world_size, "Number of ranks to resolve for")->check(CLI::PositiveNumber);
+  config_cmd->add_option("--set", overrides, "Override a key: a.b.c=value (repeatable)");
+
+  auto* info_cmd = app.add_subcommand("info", "Print ranks, hosts, GPUs and library versions (run under mpirun)");
+
+  // strata train --config X [--set k=v]... [--dump-grads FILE]
+  strata::TrainOptions train_options;
+  auto* train_cmd = app.add_subcommand("train", "Train a model as the config describes (run under mpirun)");
+  train_cmd->add_option("-c,--config", train_options.config_path, "YAML or ds_config JSON file")->required();
+  train_cmd->add_option("--set", train_options.overrides, "Override a key: a.b.c=value (repeatable)");
+  train_cmd->add_option("--dump-grads", train_options.dump_grads_path,
+                        "Write the first step's accumulated gradients (before clipping) to this safetensors file");
+
+  // strata data encode --input FILE... --out DIR [--val-fraction F]
+  auto* data_cmd = app.add_subcommand("data", "Prepare token shards");
+  data_cmd->require_subcommand(1);
+  strata::EncodeOptions encode_options;
+  auto* encode_cmd = data_cmd->add_subcommand("encode", "Encode text files into byte-level token shards (vocab 256)");
+  encode_cmd->add_option("--input", encode_options.inputs, "Text files")->required()->expected(1, -1);
+  encode_cmd->add_option("--out", encode_options.out_dir, "Output directory")->required();
+  encode_cmd->add_option("--val-fraction", encode_options.val_fraction, "Fraction of tokens (the tail) for validation")
+      ->check(CLI::Range(0.0, 0.5));
+
+  // strata export --checkpoint DIR --out DIR
+  std::string export_checkpoint, export_out;
+  auto* export_cmd = app.add_subcommand("export", "Write a checkpoint as a HuggingFace GPT-2 folder");
+  export_cmd->add_option("--checkpoint", export_checkpoint, "Checkpoint step directory, or a checkpoint root (uses latest)")
+      ->required();
+  export_cmd->add_option("--out", export_out, "Output directory")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : strata::kExitUserError;
+  }
+
+  std::unique_ptr<strata::MpiRuntime> mpi;
+  try {
+    if (config_cmd->parsed()) {
+      const strata::Config cfg = strata::load_config_file(config_path, overrides, config_world_size);
+      std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
+      std::fputs(strata::derived_to_yaml(cfg).c_str(), stdout);
+      return 0;
+    }
+    if (encode_cmd->parsed()) {
+      strata::encode_text_files(encode_options);
+      return 0;
+    }
+    if (export_cmd->parsed()) {
+      strata::export_huggingface(export_checkpoint, export_out);
+      strata::log_info("exported {} to {}", export_checkpoint, export_out);
+      return 0;
+    }
+    mpi = std::make_unique<strata::MpiRuntime>(&argc, &argv);
+    if (info_cmd->parsed()) return strata::run_info(*mpi);
+    if (train_cmd->parsed()) return strata::run_train(*mpi, train_options);
+  } catch (const strata::UserError& e) {
+    return report_user_error(e);
+  } catch (const std::exception& e) {
+    log_error("internal error: {}", e.what());
+    if (mpi && mpi->world_size() > 1) strata::abort_job(strata::kExitInternalError);
+    return strata::kExitInternalError;
   }
   return 0;
 }

@@ -1,0 +1,76 @@
+// Formatting of step metrics for the console and the JSONL file.
+#include "train/metrics.h"
+
+#include <fmt/core.h>
+#include <sys/resource.h>
+
+#include <filesystem>
+
+#include "core/core.h"
+
+namespace strata {
+
+std::string format_duration(double seconds) {
+  if (seconds < 60) return fmt::format("{:.1f}s", seconds);
+  const auto total = static_cast<int64_t>(seconds + 0.5);
+  if (total < 3600) return fmt::format("{}m{:02d}s", total / 60, total % 60);
+  return fmt::format("{}h{:02d}m", total / 3600, (total % 3600) / 60);
+}
+
+size_t peak_host_memory_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::string format_step_line(const StepMetrics& m) {
+  std::string line = fmt::format(
+      "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | {:.2f} TFLOP/s",
+      m.step, std::to_string(m.total_steps).size(), m.total_steps, m.loss, m.lr, m.grad_norm, m.step_seconds * 1e3,
+      m.tokens_per_second, m.tflops_per_rank);
+  if (m.mfu >= 0) line += fmt::format(" | MFU {:.1f}%", m.mfu * 100);
+  line += fmt::format(" | mem {:.0f} MiB | ETA {}", static_cast<double>(m.peak_memory_bytes) / (1 << 20),
+                      format_duration(m.eta_seconds));
+  if (m.forward_seconds >= 0) {
+    line += fmt::format(" | fwd {:.0f} bwd {:.0f} opt {:.0f} ms", m.forward_seconds * 1e3, m.backward_seconds * 1e3,
+                        m.optimizer_seconds * 1e3);
+  }
+  return line;
+}
+
+nlohmann::json step_record(const StepMetrics& m) {
+  nlohmann::json r = {{"type", "train"},
+                      {"step", m.step},
+                      {"loss", m.loss},
+                      {"lr", m.lr},
+                      {"grad_norm", m.grad_norm},
+                      {"step_time_s", m.step_seconds},
+                      {"tokens_per_s", m.tokens_per_second},
+                      {"tflops_per_rank", m.tflops_per_rank},
+                      {"mfu", m.mfu >= 0 ? nlohmann::json(m.mfu) : nlohmann::json(nullptr)},
+                      {"peak_memory_bytes", m.peak_memory_bytes},
+                      {"eta_s", m.eta_seconds}};
+  if (m.forward_seconds >= 0) {
+    r["forward_s"] = m.forward_seconds;
+    r["backward_s"] = m.backward_seconds;
+    r["optimizer_s"] = m.optimizer_seconds;
+  }
+  return r;
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  file_.reset(std::fopen(path.c_str(), "a"));
+  if (!file_) throw UserError(fmt::format("logging.metrics_file: cannot open '{}' for writing", path));
+}
+
+void MetricsWriter::write(const nlohmann::json& record) {
+  if (!file_) return;
+  const std::string line = record.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), file_.get());
+  std::fflush(file_.get());
+}
+
+}  // namespace strata

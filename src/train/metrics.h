@@ -1,0 +1,43 @@
+// Step metrics: the rank-0 log line and the JSONL record, throughput and FLOP figures,
+// and the process's peak memory.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace strata {
+
+struct StepMetrics {
+  int64_t step = 0, total_steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  double step_seconds = 0;
+  double tokens_per_second = 0;      // whole job
+  double tflops_per_rank = 0;        // achieved model FLOP/s per rank, in TFLOP/s
+  double mfu = -1;                   // fraction of peak; < 0 when no peak is known (CPU)
+  size_t peak_memory_bytes = 0;
+  double eta_seconds = 0;
+  // wall_clock_breakdown phases (seconds), negative when not measured
+  double forward_seconds = -1, backward_seconds = -1, optimizer_seconds = -1;
+};
+
+std::string format_step_line(const StepMetrics& m);
+nlohmann::json step_record(const StepMetrics& m);
+std::string format_duration(double seconds);  // "1h02m", "3m05s", "12.3s"
+size_t peak_host_memory_bytes();              // peak resident set size of this process
+
+// Appends one JSON object per line; flushed after every record so a killed run keeps its log.
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  // Opens for append (resume continues the same file), creating parent directories.
+  explicit MetricsWriter(const std::string& path);
+  void write(const nlohmann::json& record);
+  bool enabled() const { return file_ != nullptr; }
+
+ private:
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
+};
+
+}  // namespace strata

@@ -1,0 +1,73 @@
+// Translation from the typed config to the model, schedule and optimizer settings, and the
+// checks of what this build can run.
+#include <fmt/core.h>
+
+#include "train/train_internal.h"
+
+namespace strata {
+
+GptDims gpt_dims_from_config(const Config& cfg) {
+  GptDims d;
+  d.n_layer = cfg.model.n_layer.value();
+  d.n_head = cfg.model.n_head.value();
+  d.d_model = cfg.model.d_model.value();
+  d.vocab_size = cfg.model.vocab_size;
+  d.padded_vocab = cfg.derived.padded_vocab;
+  d.seq_len = cfg.model.seq_len;
+  return d;
+}
+
+LrScheduleSettings lr_schedule_from_config(const Config& cfg) {
+  const SchedulerParams& p = cfg.scheduler.params;
+  LrScheduleSettings s;
+  switch (cfg.scheduler.type) {
+    case SchedulerType::Constant: s.type = LrScheduleType::Constant; break;
+    case SchedulerType::WarmupLR: s.type = LrScheduleType::WarmupLR; break;
+    case SchedulerType::WarmupDecayLR: s.type = LrScheduleType::WarmupDecayLR; break;
+    case SchedulerType::WarmupCosineLR: s.type = LrScheduleType::WarmupCosineLR; break;
+  }
+  s.lr = cfg.optimizer.params.lr;
+  s.warmup_min_lr = p.warmup_min_lr;
+  s.warmup_max_lr = p.warmup_max_lr;
+  s.warmup_num_steps = p.warmup_num_steps;
+  s.warmup_log = p.warmup_type == WarmupType::Log;
+  s.total_num_steps = p.total_num_steps.value_or(0);
+  s.warmup_min_ratio = p.warmup_min_ratio;
+  s.cos_min_ratio = p.cos_min_ratio;
+  return s;
+}
+
+AdamWSettings adamw_from_config(const Config& cfg) {
+  const AdamParams& p = cfg.optimizer.params;
+  AdamWSettings s;
+  s.beta1 = p.betas[0];
+  s.beta2 = p.betas[1];
+  s.eps = p.eps;
+  s.weight_decay = p.weight_decay;
+  s.decoupled = cfg.optimizer.type == OptimizerType::AdamW || p.adam_w_mode;
+  return s;
+}
+
+std::vector<ParamRange> param_ranges(const Gpt& model) {
+  std::vector<ParamRange> ranges;
+  for (const ParamSpec& spec : model.params()) ranges.push_back({spec.offset, spec.numel, spec.weight_decay});
+  return ranges;
+}
+
+void check_runnable(const Config& cfg, int world_size) {
+  if (world_size > 1) {
+    throw UserError(fmt::format(
+        "this build trains on one rank; data parallelism (world size {}) is not supported yet: run without mpirun "
+        "or with -np 1",
+        world_size));
+  }
+  if (cfg.data.train.empty()) throw UserError("data.train: required to train (a glob of token shards, e.g. data/kjv/train_*.bin)");
+  if (cfg.logging.sample_interval > 0 && cfg.model.vocab_size != kByteVocabSize) {
+    throw UserError(fmt::format(
+        "logging.sample_interval: samples are decoded with the byte-level tokenizer, which needs model.vocab_size "
+        "256 (this model has {}); set logging.sample_interval: 0",
+        cfg.model.vocab_size));
+  }
+}
+
+}  // namespace strata

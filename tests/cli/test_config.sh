@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `strata config`: five mistakes reported at once with key paths and exit 2; did-you-mean;
+# the shipped ds_config resolves at world size 8; --set overrides; every shipped config validates.
+source "$(dirname "$0")/../lib/common.sh"
+
+cat > "$WORK/bad.yaml" <<'YAML'
+train_batch_size: 30
+train_micro_batch_size_per_gpu: 4
+gradient_accumulation_steps: 2
+zero_optimisation:
+  stage: 1
+optimizer:
+  type: AdamW
+  params:
+    lr: fast
+fp16: {enabled: true}
+bf16: {enabled: true}
+gradient_clipping: -1.0
+model: {preset: gpt2-124m}
+YAML
+run_expect 2 "$STRATA" config "$WORK/bad.yaml"
+expect_contains "$OUT" "zero_optimisation"
+expect_contains "$OUT" "did you mean zero_optimization"
+expect_contains "$OUT" "optimizer.params.lr"
+expect_contains "$OUT" "gradient_clipping"
+expect_contains "$OUT" "train_batch_size"
+grep -q "fp16" <<<"$OUT" && grep -q "bf16" <<<"$OUT" || fail "fp16+bf16 conflict not reported"
+problems=$(grep -c "^error:   " <<<"$OUT" || true)
+[ "$problems" -ge 5 ] || { echo "$OUT"; fail "expected at least 5 problems listed, got $problems"; }
+
+run_expect 0 "$STRATA" config "$SRC/configs/examples/ds_config.json" --world-size 8
+echo "$OUT"
+expect_contains "$OUT" "dp_size: 8"
+expect_contains "$OUT" "grad_accum: 2"
+expect_contains "$OUT" "padded_vocab: 50304"
+expect_contains "$OUT" "n_params: 124475904"
+
+run_expect 0 "$STRATA" config "$SRC/configs/quickstart.yaml" --set optimizer.params.betas=[0.9,0.95] --set train.iters=7
+expect_contains "$OUT" "iters: 7"
+run_expect 2 "$STRATA" config "$SRC/configs/quickstart.yaml" --set train.itres=7
+expect_contains "$OUT" "did you mean iters"
+
+for f in "$SRC"/configs/*.yaml "$SRC"/configs/examples/*; do
+  run_expect 0 "$STRATA" config "$f"
+done
+echo ok

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A run killed with SIGKILL after a checkpoint and resumed with resume: auto gives the same
+# losses, bit for bit, as an uninterrupted run; SIGTERM finishes the step, saves, exits 0.
+source "$(dirname "$0")/../lib/common.sh"
+make_text_data "$WORK/data"
+
+write_small_config "$WORK/a.yaml" "$WORK/data" "train: {iters: 16, seed: 3}" \
+  "checkpoint: {dir: \"$WORK/ckpt_a\", save_interval: 4}" "logging: {metrics_file: \"$WORK/a.jsonl\"}"
+run_expect 0 "$STRATA" train --config "$WORK/a.yaml"
+[ -d "$WORK/ckpt_a/step_00000016" ] || fail "no final checkpoint"
+
+write_small_config "$WORK/b.yaml" "$WORK/data" "train: {iters: 16, seed: 3}" \
+  "checkpoint: {dir: \"$WORK/ckpt_b\", save_interval: 4}" "logging: {metrics_file: \"$WORK/b.jsonl\"}"
+"$STRATA" train --config "$WORK/b.yaml" > "$WORK/b1.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -f "$WORK/ckpt_b/latest" ] && break
+  sleep 0.05
+done
+kill -KILL "$pid" 2>/dev/null || fail "the run ended before it could be killed"
+wait "$pid" 2>/dev/null || true
+[ -f "$WORK/ckpt_b/latest" ] || fail "no checkpoint before the kill"
+killed_at=$(cat "$WORK/ckpt_b/latest")
+echo "killed after $killed_at"
+run_expect 0 "$STRATA" train --config "$WORK/b.yaml"
+expect_contains "$OUT" "resumed from"
+diff <(train_losses "$WORK/a.jsonl") <(train_losses "$WORK/b.jsonl") || fail "resumed losses differ from the uninterrupted run"
+[ "$(train_losses "$WORK/b.jsonl" | wc -l)" -eq 16 ] || fail "expected 16 steps"
+
+# SIGTERM: finish the step, save, exit 0.
+write_small_config "$WORK/c.yaml" "$WORK/data" "train: {iters: 100000, seed: 3}" \
+  "checkpoint: {dir: \"$WORK/ckpt_c\"}" "logging: {metrics_file: \"$WORK/c.jsonl\"}"
+"$STRATA" train --config "$WORK/c.yaml" > "$WORK/c.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -s "$WORK/c.jsonl" ] && break
+  sleep 0.05
+done
+kill -TERM "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+cat "$WORK/c.log" | tail -n 3
+[ "$rc" -eq 0 ] || fail "SIGTERM: exit code $rc, expected 0"
+grep -q "signal 15 received" "$WORK/c.log" || fail "SIGTERM not reported"
+[ -f "$WORK/ckpt_c/latest" ] || fail "SIGTERM: no checkpoint saved"
+echo ok
