@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Quickstart: installs dependencies, builds strata, encodes the King James Bible (from
+# Debian's bible-kjv package) into byte-level shards once, and trains configs/quickstart.yaml.
+# Usage: scripts/run.sh [-np N] [--set key=value ...]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+ranks=1
+if [ "${1:-}" = "-np" ]; then ranks="$2"; shift 2; fi
+
+scripts/install-deps.sh
+STRATA_CMAKE_ARGS="${STRATA_CMAKE_ARGS:-}" scripts/build.sh
+strata="${STRATA_BUILD_DIR:-$root/build}/bin/strata"
+
+if [ ! -f data/kjv/train_000000.bin ]; then
+  mkdir -p data/kjv
+  echo "run.sh: extracting the King James Bible (bible-kjv)"
+  bible -f Gen1:1-Rev22:21 > data/kjv/kjv.txt
+  "$strata" data encode --input data/kjv/kjv.txt --out data/kjv --val-fraction 0.02
+fi
+
+mpi_args=(-np "$ranks")
+[ "$(id -u)" -eq 0 ] && mpi_args+=(--allow-run-as-root)
+[ "$ranks" -gt "$(nproc)" ] && mpi_args+=(--oversubscribe)
+exec mpirun "${mpi_args[@]}" "$strata" train --config configs/quickstart.yaml "$@"
