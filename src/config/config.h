@@ -237,7 +237,7 @@ struct LoggingConfig {
   int64_t sample_interval = 0;
   /// Tokens per sample.
   int sample_tokens = 200;
-  /// Text the sample continues (empty = starts from the end-of-text token / byte 0).
+  /// Text the sample continues (empty = starts after a newline).
   std::string sample_prompt;
 };
 

@@ -93,6 +93,25 @@ def rel(a, b):
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+def check_with_transformers(export_dir, first_batch, micro, expected_loss):
+    """Where HuggingFace transformers is installed, the export must load in GPT2LMHeadModel
+    and give the same step-0 loss."""
+    try:
+        from transformers import GPT2LMHeadModel
+    except ImportError:
+        print("transformers not installed: GPT2LMHeadModel loading not checked")
+        return []
+    hf = GPT2LMHeadModel.from_pretrained(export_dir, torch_dtype=torch.float64).eval()
+    x, y = first_batch
+    with torch.no_grad():
+        losses = [F.cross_entropy(hf(x[i:i + micro]).logits.flatten(0, 1), y[i:i + micro].flatten())
+                  for i in range(0, x.shape[0], micro)]
+    loss = float(sum(losses) / len(losses))
+    r = abs(loss - expected_loss) / expected_loss
+    print(f"transformers GPT2LMHeadModel step-0 loss {loss:.9f} rel {r:.2e}")
+    return [f"transformers' GPT2LMHeadModel loss differs by {r:.2e}"] if r > 1e-6 else []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--export", required=True)
@@ -166,6 +185,7 @@ def main():
     if strata_losses[-1] >= strata_losses[0]:
         failures.append("the loss did not fall over the run")
     print(f"loss curve: {len(strata_losses)} steps, worst relative difference {worst_curve:.2e}")
+    failures += check_with_transformers(a.export, batch(0), micro, loss0.item())
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
