@@ -105,7 +105,7 @@ TEST_CASE("causal attention forward matches softmax(q·kᵀ/√hs)·v with a cau
     for (int e = 0; e < C / NH; ++e) CHECK(out[static_cast<size_t>(h * 4 + e)] == Approx(qkv[static_cast<size_t>(2 * C + h * 4 + e)]));
 }
 
-TEST_CASE("embedding forward adds token and position rows; bad ids are user errors") {
+TEST_CASE("embedding forward adds token and position rows, bad ids are user errors") {
   auto backend = make_cpu_backend();
   const int B = 2, T = 3, V = 5, C = 4;
   HostTensor wte({V, C}), wpe({8, C}), out({B, T, C});

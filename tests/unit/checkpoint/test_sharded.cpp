@@ -176,7 +176,7 @@ TEST_CASE("resharding: checkpoints saved by different layouts read back identica
   check_all_reads(CheckpointReader::open(save_layout(root / "many", 1, 1, two_pieces)));
 }
 
-TEST_CASE("reads convert between F32, BF16 and F16; integers read only as themselves") {
+TEST_CASE("reads convert between F32, BF16 and F16, integers read only as themselves") {
   QuietLogs quiet;
   ScratchDir root;
   const std::vector<float> values = {1.0f, -2.5f, 0.1f, 3.0e4f, -1e-6f, 7.125f};

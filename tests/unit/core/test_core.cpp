@@ -56,7 +56,7 @@ TEST_CASE("RNG normal draws have mean 0 and variance 1") {
   CHECK(std::abs(sum_sq / n - 1.0) < 0.01);
 }
 
-TEST_CASE("Tensor reports shape and bytes; Arena aligns and zero-fills") {
+TEST_CASE("Tensor reports shape and bytes, Arena aligns and zero-fills") {
   Arena arena;
   const size_t a = arena.reserve(10);
   const size_t b = arena.reserve(4 * 6);

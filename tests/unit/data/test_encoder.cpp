@@ -46,7 +46,7 @@ TEST_CASE("byte tokenizer round-trips any bytes, including invalid UTF-8") {
   CHECK(byte_decode(odd.data(), odd.size()) == "a\xEF\xBF\xBD\xEF\xBF\xBD" "b");
 }
 
-TEST_CASE("encoder output decodes to the newline-joined inputs; val is the tail") {
+TEST_CASE("encoder output decodes to the newline-joined inputs, val is the tail") {
   QuietLogs quiet;
   TempDir dir;
   std::string first, second;
@@ -88,7 +88,7 @@ TEST_CASE("encoder output decodes to the newline-joined inputs; val is the tail"
   }
 }
 
-TEST_CASE("encoder without val; a rerun removes stale shards of a larger earlier run") {
+TEST_CASE("encoder without val, a rerun removes stale shards of a larger earlier run") {
   QuietLogs quiet;
   TempDir dir;
   write_text(dir.file("big.txt"), std::string(5000, 'a'));

@@ -204,7 +204,7 @@ TEST_CASE("a few AdamW steps on one batch drive the loss down") {
   CHECK(last < 0.6f * first);
 }
 
-TEST_CASE("forward_logits gives the logits behind the loss; rows are independent and causal") {
+TEST_CASE("forward_logits gives the logits behind the loss, rows are independent and causal") {
   auto backend = make_cpu_backend();
   const int B = 2, T = 8, Vp = 64, V = 37;
   Gpt model(tiny_dims(), *backend, B, ActivationRecompute::None);
