@@ -45,7 +45,25 @@ int main(int argc, char** argv) {
   config_cmd->add_option("--world-size", config_world_size, "Number of ranks to resolve for")->check(CLI::PositiveNumber);
   config_cmd->add_option("--set", overrides, "Override a key: a.b.c=value (repeatable)");
 
-  auto* info_cmd = app.add_subcommand("info", "Print ranks, hosts, GPUs and library versions (run under mpirun)");
+  // strata info [--tp N] [--pp N]
+  strata::InfoOptions info_options;
+  auto* info_cmd = app.add_subcommand(
+      "info", "Print ranks, grid coordinates, hosts, GPUs and library versions (run under mpirun)");
+  info_cmd->add_option("--tp", info_options.tp, "Tensor-parallel size for the coordinates shown")
+      ->check(CLI::PositiveNumber);
+  info_cmd->add_option("--pp", info_options.pp, "Pipeline-parallel size for the coordinates shown")
+      ->check(CLI::PositiveNumber);
+
+  // strata comm-check [--seconds S] [--bytes N]: a diagnostic for checking an MPI
+  // installation; group "" keeps it out of `strata --help` (`strata comm-check --help` works).
+  strata::CommCheckOptions comm_check_options;
+  auto* comm_check_cmd =
+      app.add_subcommand("comm-check", "Check and time collectives on all ranks (run under mpirun)");
+  comm_check_cmd->group("");
+  comm_check_cmd->add_option("--seconds", comm_check_options.seconds, "Run rounds for about this long")
+      ->check(CLI::NonNegativeNumber);
+  comm_check_cmd->add_option("--bytes", comm_check_options.bytes, "Size of each operation's buffer")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
 
   // strata train --config X [--set k=v]... [--dump-grads FILE]
   strata::TrainOptions train_options;
@@ -97,7 +115,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     mpi = std::make_unique<strata::MpiRuntime>(&argc, &argv);
-    if (info_cmd->parsed()) return strata::run_info(*mpi);
+    if (info_cmd->parsed()) return strata::run_info(*mpi, info_options);
+    if (comm_check_cmd->parsed()) return strata::run_comm_check(*mpi, comm_check_options);
     if (train_cmd->parsed()) return strata::run_train(*mpi, train_options);
   } catch (const strata::UserError& e) {
     return report_user_error(e);

@@ -1,10 +1,16 @@
 // Public header of src/comm: the MPI runtime (process start-up, rank identity, node-local
-// ranks) and the rank grid. Collectives across groups arrive with data parallelism.
+// ranks), the DP x PP x TP rank grid, communicators (MPI and NCCL) with byte counters,
+// the Topology that owns one communicator per group, and the info/comm-check subcommands.
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "core/tensor.h"
 
 namespace strata {
 
@@ -19,7 +25,7 @@ class MpiRuntime {
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
-  int local_rank() const { return local_rank_; }   // rank among the processes on this node
+  int local_rank() const { return local_rank_; }  // rank among the processes on this node
   int local_size() const { return local_size_; }
   const std::string& hostname() const { return hostname_; }
   MPI_Comm world() const { return MPI_COMM_WORLD; }
@@ -43,10 +49,186 @@ struct GridShape {
 GridCoord grid_coord(const GridShape& shape, int rank);
 int grid_rank(const GridShape& shape, const GridCoord& coord);
 
+// ---- collectives ------------------------------------------------------------------------
+enum class ReduceOp { Sum, Max };
+
+// An operation in flight. wait() blocks until it is complete (and its buffers may be
+// reused); test() polls. Destroying an unfinished request waits for it; a request must
+// not outlive its communicator. With the MPI backend, operations progress only inside
+// Comm calls (issuing, wait, test, barrier), so a rank that computes between issue and
+// wait overlaps with the transfer only as far as MPI moves data on its own; calling
+// test() now and then keeps multi-phase ops moving. A wait that exceeds
+// comm_timeout_seconds() aborts the job, naming the ranks it was waiting for.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+using CommHandle = std::unique_ptr<CommRequest>;
+
+// Per-communicator traffic record: for every operation kind, the number of calls and the
+// payload bytes, defined as the size of the logical full buffer: all_reduce and broadcast:
+// the buffer; reduce_scatter: the whole input (size × shard); all_gather: the whole output;
+// send/recv: the message; barrier: 0. Ring volumes follow from these (all_reduce
+// 2(p-1)/p × payload, reduce_scatter and all_gather (p-1)/p × payload).
+struct CommOpStats {
+  int64_t calls = 0;
+  int64_t payload_bytes = 0;
+};
+struct CommCounters {
+  // "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "barrier"
+  std::map<std::string, CommOpStats> by_op;
+  void reset() { by_op.clear(); }
+  int64_t total_payload_bytes() const {
+    int64_t total = 0;
+    for (const auto& entry : by_op) total += entry.second.payload_bytes;
+    return total;
+  }
+};
+
+// One communicator over a group of ranks (world, tp, dp, pp, ...). Tensors are F32, BF16,
+// F16 or I32 (U16 too for the moving ops), contiguous; host memory for the MPI
+// implementation (device tensors are rejected with std::logic_error until staging arrives
+// with the CUDA backend) and device memory for NCCL. Misuse (shape or dtype mismatch,
+// a peer outside the group) throws std::logic_error.
+//
+// Determinism: the MPI all_reduce is a reduce-scatter followed by an all-gather over
+// blocks of ceil(n / size) elements; the owner of each block sums the size contributions
+// in group-rank order 0, 1, ..., size-1 (16-bit types in fp32, rounded once at the end)
+// and sends the result to everyone. So every rank gets the same bits, run after run,
+// whatever algorithms the MPI library would pick. reduce_scatter sums in the same order.
+// NCCL's ring and tree all-reduce also hand every rank the same bits, in an order of their
+// own (so MPI and NCCL results may differ in the last bits).
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  const std::string& name() const { return name_; }
+  virtual std::string backend_name() const = 0;  // "mpi" or "nccl"
+  // The world rank of every member, in group-rank order.
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+
+  // In place: data becomes the reduction over the group, bit-identical on every rank.
+  virtual CommHandle all_reduce_async(Tensor data, ReduceOp op) = 0;
+  // input (size × n elements): output (n) = reduction of every rank's block `rank()` of
+  // input. output may be that very block of input (in place).
+  virtual CommHandle reduce_scatter_async(Tensor input, Tensor output, ReduceOp op) = 0;
+  // input (n): output (size × n) = concatenation of every rank's input in rank order.
+  // input may be block `rank()` of output (in place).
+  virtual CommHandle all_gather_async(Tensor input, Tensor output) = 0;
+  virtual CommHandle broadcast_async(Tensor data, int root) = 0;
+  // tag: 0..32767. Messages between two ranks with the same tag arrive in order (NCCL has
+  // no tags: there, messages between two ranks match in the order they are posted).
+  virtual CommHandle send_async(Tensor data, int peer, int tag) = 0;
+  virtual CommHandle recv_async(Tensor data, int peer, int tag) = 0;
+  // A send and a receive posted together (pipeline neighbours trading activations and
+  // gradients); unlike separate send/recv calls this cannot deadlock under NCCL.
+  virtual CommHandle exchange_async(Tensor send_data, int send_peer, Tensor recv_data, int recv_peer, int tag) = 0;
+  virtual void barrier() = 0;
+
+  void all_reduce(Tensor data, ReduceOp op = ReduceOp::Sum) { all_reduce_async(data, op)->wait(); }
+  void reduce_scatter(Tensor input, Tensor output, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter_async(input, output, op)->wait();
+  }
+  void all_gather(Tensor input, Tensor output) { all_gather_async(input, output)->wait(); }
+  void broadcast(Tensor data, int root) { broadcast_async(data, root)->wait(); }
+  void send(Tensor data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
+  void recv(Tensor data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
+  void exchange(Tensor send_data, int send_peer, Tensor recv_data, int recv_peer, int tag = 0) {
+    exchange_async(send_data, send_peer, recv_data, recv_peer, tag)->wait();
+  }
+
+  const CommCounters& counters() const { return counters_; }
+  CommCounters& counters() { return counters_; }
+
+ protected:
+  Comm(std::string name, std::vector<int> world_ranks) : name_(std::move(name)), world_ranks_(std::move(world_ranks)) {}
+  void record(const char* op, int64_t payload_bytes) {
+    CommOpStats& s = counters_.by_op[op];
+    ++s.calls;
+    s.payload_bytes += payload_bytes;
+  }
+
+ private:
+  std::string name_;
+  std::vector<int> world_ranks_;
+  CommCounters counters_;
+};
+
+enum class CommBackendKind { Mpi, Nccl };
+const char* comm_backend_name(CommBackendKind kind);  // "mpi", "nccl"
+bool nccl_built();                                    // whether this binary was built with NCCL
+
+// A communicator over the ranks of `comm` (which stays the caller's: it is duplicated, so
+// strata's messages never match anyone else's). Collective over `comm`. The Nccl kind
+// needs NCCL in the build (else UserError) and one GPU per rank on each node, the
+// current CUDA device being this rank's.
+std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name);
+inline std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const std::string& name) {
+  return make_comm(CommBackendKind::Mpi, comm, name);
+}
+
+// Seconds an MPI-backend wait may block before the job is aborted with a message naming
+// the communicator, the operation and the ranks not heard from: STRATA_COMM_TIMEOUT_S
+// (default 1800; 0 disables). Read once; an unparsable value is a UserError.
+double comm_timeout_seconds();
+
+// The rank grid with one communicator per group this rank belongs to. Built collectively
+// by every rank of the world; passed explicitly to whoever communicates.
+class Topology {
+ public:
+  // Throws UserError when shape.world() differs from the world size.
+  Topology(const MpiRuntime& mpi, const GridShape& shape, CommBackendKind backend);
+  ~Topology();
+  Topology(const Topology&) = delete;
+  Topology& operator=(const Topology&) = delete;
+
+  const GridShape& shape() const { return shape_; }
+  const GridCoord& coord() const { return coord_; }
+  int world_rank() const { return world_rank_; }
+  Comm& world();
+  Comm& dp();              // same (pp, tp), dp varies; group rank = dp
+  Comm& tp();              // same (pp, dp), tp varies; group rank = tp
+  Comm& pp();              // same (dp, tp), pp varies; group rank = pp
+  Comm& model_parallel();  // same dp: tp × pp; group rank = pp * TP + tp
+  // First and last PP stage of this (dp, tp) (group rank 0 = first stage); nullptr on the
+  // stages between; when PP == 1 a group of this rank alone.
+  Comm* embedding();
+  std::vector<Comm*> all_comms();  // every communicator this rank belongs to (for traffic reports)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  GridShape shape_;
+  GridCoord coord_;
+  int world_rank_ = 0;
+};
+
 // MPI's library version line, e.g. "Open MPI v4.1.4, ...".
 std::string mpi_library_version();
 
-// `strata info`: prints the job's ranks, hosts, GPUs and library versions (rank 0).
-int run_info(const MpiRuntime& mpi);
+// `strata info [--tp N] [--pp N]`: prints the job's ranks with their (dp, pp, tp)
+// coordinates, hosts, GPUs and library versions (rank 0). A world size not divisible by
+// tp × pp is a UserError.
+struct InfoOptions {
+  int tp = 1;
+  int pp = 1;
+};
+int run_info(const MpiRuntime& mpi, const InfoOptions& options = {});
+
+// `strata comm-check [--seconds S] [--bytes N]`: rounds of all_reduce, reduce_scatter and
+// all_gather on the world communicator, each result checked bit for bit against the
+// rank-order reduction recomputed locally; rank 0 prints the bandwidth of each op.
+// Returns 0, or kExitCodeDeviceFailure when a result was wrong.
+struct CommCheckOptions {
+  double seconds = 3.0;     // run rounds for about this long (at least one round)
+  int64_t bytes = 1 << 20;  // size of each op's full buffer
+};
+int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options);
 
 }  // namespace strata

@@ -1,5 +1,6 @@
-// `strata info`: what a job sees — world size, each rank's host and local rank, visible
-// GPUs, and library versions. Every rank contributes one row; rank 0 prints them in order.
+// `strata info`: what a job sees — world size, each rank's grid coordinates, host and
+// local rank, visible GPUs, and library versions. Every rank contributes one row; rank 0
+// prints them in order.
 #include <fmt/core.h>
 
 #include <cstdlib>
@@ -14,9 +15,11 @@
 namespace strata {
 namespace {
 
+#ifdef STRATA_HAVE_CUDA
 std::string version_triplet(int v, int major_div, int minor_div) {
   return fmt::format("{}.{}", v / major_div, (v % major_div) / minor_div);
 }
+#endif
 
 std::string visible_gpus_summary(std::string* versions) {
 #ifdef STRATA_HAVE_CUDA
@@ -25,8 +28,7 @@ std::string visible_gpus_summary(std::string* versions) {
   const int driver = cuda::driver_version();
   *versions = fmt::format("CUDA runtime {}, driver {}, cuBLASLt {}, NCCL {}",
                           version_triplet(cuda::runtime_version(), 1000, 10),
-                          driver ? version_triplet(driver, 1000, 10) : "none",
-                          cuda::cublaslt_version(),
+                          driver ? version_triplet(driver, 1000, 10) : "none", cuda::cublaslt_version(),
                           cuda::nccl_version() ? fmt::format("{}", cuda::nccl_version()) : "not built");
   if (devices.empty()) return "none (" + why + ")";
   std::string s;
@@ -44,12 +46,22 @@ std::string visible_gpus_summary(std::string* versions) {
 
 }  // namespace
 
-int run_info(const MpiRuntime& mpi) {
+int run_info(const MpiRuntime& mpi, const InfoOptions& options) {
+  if (options.tp < 1 || options.pp < 1 || mpi.world_size() % (options.tp * options.pp) != 0)
+    throw UserError(
+        fmt::format("strata info --tp {} --pp {}: the world size {} is not divisible by TP × PP = {}; "
+                    "pick sizes whose product divides the number of ranks",
+                    options.tp, options.pp, mpi.world_size(), options.tp * options.pp));
+  GridShape shape;
+  shape.tp = options.tp;
+  shape.pp = options.pp;
+  shape.dp = mpi.world_size() / (options.tp * options.pp);
+  const GridCoord coord = grid_coord(shape, mpi.world_rank());
   std::string versions;
   const std::string gpus = visible_gpus_summary(&versions);
   const char* cuda_visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  const std::string row = fmt::format("{:>5}  {:<24} {:>5}/{:<5}  {}{}", mpi.world_rank(), mpi.hostname(),
-                                      mpi.local_rank(), mpi.local_size(), gpus,
+  const std::string row = fmt::format("{:>5} {:>4} {:>4} {:>4}  {:<24} {:>5}/{:<5}  {}{}", mpi.world_rank(), coord.dp,
+                                      coord.pp, coord.tp, mpi.hostname(), mpi.local_rank(), mpi.local_size(), gpus,
                                       cuda_visible ? fmt::format(" [CUDA_VISIBLE_DEVICES={}]", cuda_visible) : "");
   constexpr int kRowBytes = 512;
   std::vector<char> mine(kRowBytes, 0);
@@ -60,8 +72,9 @@ int run_info(const MpiRuntime& mpi) {
     log_info("strata {}", STRATA_VERSION);
     log_info("MPI: {}", mpi_library_version());
     log_info("{}", versions);
-    log_info("world size: {}", mpi.world_size());
-    log_info("{:>5}  {:<24} {:>11}  {}", "rank", "host", "local/size", "visible GPUs");
+    log_info("world size: {} = DP {} × PP {} × TP {}", mpi.world_size(), shape.dp, shape.pp, shape.tp);
+    log_info("{:>5} {:>4} {:>4} {:>4}  {:<24} {:>11}  {}", "rank", "dp", "pp", "tp", "host", "local/size",
+             "visible GPUs");
     for (int r = 0; r < mpi.world_size(); ++r) log_info("{}", std::string(&all[static_cast<size_t>(r) * kRowBytes]));
   }
   return 0;

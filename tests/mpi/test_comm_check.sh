@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# `strata comm-check` on three ranks checks every op bit for bit and prints a bandwidth
+# row per op; it stays out of `strata --help` but documents itself; bad sizes exit 2.
+source "$(dirname "$0")/../lib/common.sh"
+run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 3 "$STRATA" comm-check --seconds 0.2 --bytes 6000
+expect_contains "$OUT" "comm-check: 3 rank(s), mpi backend, 6000 bytes per op"
+for op in all_reduce reduce_scatter all_gather; do
+  grep -qE "^$op +6000 +[0-9]+ +[0-9.]+ ms" <<<"$OUT" || { echo "$OUT"; fail "no bandwidth row for $op"; }
+done
+expect_contains "$OUT" "comm-check passed"
+
+run_expect 0 "$STRATA" --help
+if grep -q "comm-check" <<<"$OUT"; then fail "comm-check should be hidden from strata --help"; fi
+run_expect 0 "$STRATA" comm-check --help
+expect_contains "$OUT" "--bytes"
+
+run_expect 2 "$STRATA" comm-check --bytes 2
+echo "ok: comm-check"

@@ -1,0 +1,54 @@
+# Helpers for the failure tests in tests/mpi (sourced after ../lib/common.sh): run an mpirun job in the
+# background, find one rank's process, and wait for the job with a deadline.
+
+# start_job LOG MPIRUN_ARGS...: starts mpirun in the background; waits until rank 0 has
+# printed its first line (the ranks are up and communicating).
+start_job() {
+  local log="$1"; shift
+  "$MPIRUN" "${MPI_FLAGS[@]}" "$@" >"$log" 2>&1 &
+  JOB_PID=$!
+  JOB_START=$SECONDS
+  trap 'kill -TERM "$JOB_PID" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+  for _ in $(seq 1 300); do
+    [ -s "$log" ] && return 0
+    kill -0 "$JOB_PID" 2>/dev/null || { cat "$log"; fail "job ended before it started communicating"; }
+    sleep 0.1
+  done
+  cat "$log"; fail "job printed nothing within 30 s"
+}
+
+# rank_pid R: the process of world rank R: a child of mpirun whose environment says so
+# (read from /proc directly, so no procps tools are needed).
+rank_pid() {
+  local dir pid stat ppid
+  for dir in /proc/[0-9]*; do
+    pid="${dir#/proc/}"
+    stat="$(cat "$dir/stat" 2>/dev/null)" || continue
+    ppid="${stat##*) }"        # after the command name: "STATE PPID ..."
+    ppid="${ppid#* }"
+    ppid="${ppid%% *}"
+    [ "$ppid" = "$JOB_PID" ] || continue
+    if tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  fail "no process found for rank $1"
+}
+
+# wait_job LIMIT: waits for the job; fails the test if it outlives LIMIT seconds (a hang).
+# Returns the job's exit code; sets JOB_SECONDS.
+wait_job() {
+  local limit="$1"
+  while kill -0 "$JOB_PID" 2>/dev/null; do
+    if [ $((SECONDS - JOB_START)) -gt "$limit" ]; then
+      kill -KILL "$JOB_PID" 2>/dev/null || true
+      fail "job still running after $limit s: a dead or stalled rank left the others hanging"
+    fi
+    sleep 0.2
+  done
+  JOB_SECONDS=$((SECONDS - JOB_START))
+  local rc=0
+  wait "$JOB_PID" || rc=$?
+  return "$rc"
+}
