@@ -1,11 +1,10 @@
-// GPT-2 forward and hand-written backward on a Backend. Parameters and gradients are two
-// flat buffers laid out by gpt_param_specs; activations live in one arena planned once for
+// GPT-2 forward and hand-written backward on a Backend. Parameters and gradients come from a
+// ParamStore one layer group at a time; activations live in one arena planned once for
 // (max_batch, seq_len), viewed at the current (B, T) on every call.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "model/model.h"
@@ -29,38 +28,24 @@ class ArenaPlan {
   size_t size_ = 0;
 };
 
-// Runs fn(begin, end) over disjoint chunks of [0, n) on all cores. Only for work whose result
-// does not depend on the split (each element a pure function of its index).
-template <typename Fn>
-void parallel_chunks(int64_t n, Fn fn) {
-  const int64_t min_chunk = 1 << 16;
-  const int64_t threads = std::max<int64_t>(
-      1, std::min<int64_t>(std::thread::hardware_concurrency(), n / min_chunk));
-  if (threads == 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  std::vector<std::thread> workers;
-  const int64_t chunk = (n + threads - 1) / threads;
-  for (int64_t begin = 0; begin < n; begin += chunk) {
-    workers.emplace_back(fn, begin, std::min(n, begin + chunk));
-  }
-  for (std::thread& w : workers) w.join();
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
-Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute)
+// Block parameters in gpt_param_specs order: spec index kBlockFirstSpec + kBlockSpecs·l + k.
+constexpr size_t kBlockFirstSpec = 2;
+constexpr size_t kBlockSpecs = 12;
+
+Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute, ParamStore* store)
     : dims_(dims), backend_(backend), max_batch_(max_batch), recompute_(recompute), specs_(gpt_param_specs(dims)) {
   if (max_batch <= 0) throw UserError("micro-batch size must be positive, got " + std::to_string(max_batch));
   for (size_t i = 0; i < specs_.size(); ++i) spec_index_.emplace(specs_[i].name, i);
-  const size_t n_params = static_cast<size_t>(specs_.back().offset + specs_.back().numel);
-  params_ = backend_.allocate(n_params * kF32);
-  grads_ = backend_.allocate(n_params * kF32);
+  groups_ = gpt_layer_groups(specs_);
+  if (store) {
+    store_ = store;
+  } else {
+    owned_store_ = std::make_unique<FlatParamStore>(backend_, specs_);
+    store_ = owned_store_.get();
+  }
+  flat_ = dynamic_cast<FlatParamStore*>(store_);
 
   const size_t bt = static_cast<size_t>(max_batch) * static_cast<size_t>(dims.seq_len);
   const size_t C = static_cast<size_t>(dims.d_model);
@@ -104,46 +89,41 @@ const ParamSpec& Gpt::param(const std::string& name) const {
   return specs_[it->second];
 }
 
-Tensor Gpt::spec_view(const ParamSpec& spec, const Buffer& buffer) const {
-  Tensor t = buffer.view(static_cast<size_t>(spec.offset) * kF32, DType::F32, {spec.numel});
+FlatParamStore& Gpt::flat_store() const {
+  if (!flat_) throw std::logic_error("Gpt: flat parameter views need a FlatParamStore; this model's store is sharded");
+  return *flat_;
+}
+
+Tensor Gpt::params_flat() { return flat_store().params(); }
+Tensor Gpt::grads_flat() { return flat_store().grads(); }
+Tensor Gpt::param_tensor(const std::string& name) {
+  const ParamSpec& spec = param(name);
+  return group_view(flat_store().acquire_params(param_group(spec), Pass::Forward), spec);
+}
+Tensor Gpt::grad_tensor(const std::string& name) {
+  const ParamSpec& spec = param(name);
+  return group_view(flat_store().acquire_grads(param_group(spec)), spec);
+}
+void Gpt::zero_grads() { backend_.zero(flat_store().grads()); }
+
+void Gpt::init_weights(uint64_t seed) {
+  FlatParamStore& flat = flat_store();
+  std::vector<float> host;
+  for (const ParamSpec& spec : specs_) {
+    host.resize(static_cast<size_t>(spec.numel));
+    gpt_init_values(dims_, spec, seed, 0, spec.numel, host.data());
+    const Tensor all = flat.params();
+    backend_.copy(Tensor(host.data(), DType::F32, {spec.numel}, Device::CPU),
+                  Tensor(all.f32() + spec.offset, DType::F32, {spec.numel}, all.device));
+  }
+}
+
+Tensor Gpt::group_view(float* group_base, const ParamSpec& spec) const {
+  const LayerGroup& g = groups_[static_cast<size_t>(param_group(spec))];
+  Tensor t(group_base + (spec.offset - g.begin), DType::F32, {spec.numel}, backend_.device());
   t.ndim = static_cast<int>(spec.shape.size());
   for (size_t i = 0; i < spec.shape.size(); ++i) t.shape[i] = spec.shape[i];
   return t;
-}
-
-Tensor Gpt::params_flat() {
-  return params_.view(0, DType::F32, {static_cast<int64_t>(params_.bytes() / kF32)});
-}
-Tensor Gpt::grads_flat() { return grads_.view(0, DType::F32, {static_cast<int64_t>(grads_.bytes() / kF32)}); }
-Tensor Gpt::param_tensor(const std::string& name) { return spec_view(param(name), params_); }
-Tensor Gpt::grad_tensor(const std::string& name) { return spec_view(param(name), grads_); }
-void Gpt::zero_grads() { backend_.zero(grads_flat()); }
-
-void Gpt::init_weights(uint64_t seed) {
-  const float std_base = 0.02f;
-  const float std_proj = static_cast<float>(0.02 / std::sqrt(2.0 * dims_.n_layer));
-  std::vector<float> host;
-  for (const ParamSpec& spec : specs_) {
-    host.assign(static_cast<size_t>(spec.numel), 0.0f);
-    const bool is_ln_weight = ends_with(spec.name, "ln_1.weight") || ends_with(spec.name, "ln_2.weight") ||
-                              spec.name == "ln_f.weight";
-    if (is_ln_weight) {
-      host.assign(host.size(), 1.0f);
-    } else if (spec.weight_decay) {  // every 2-D weight is drawn; biases stay 0
-      const float std = ends_with(spec.name, "c_proj.weight") ? std_proj : std_base;
-      // Padding rows of wte never see a token; they start (and, without gradient, stay) at 0.
-      const int64_t drawn = spec.name == "wte.weight" ? int64_t{dims_.vocab_size} * dims_.d_model : spec.numel;
-      const uint64_t stream = rng_stream_id(spec.name.c_str());
-      parallel_chunks(drawn, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          host[static_cast<size_t>(i)] = rng_normal(seed, stream, static_cast<uint64_t>(i)) * std;
-        }
-      });
-    }
-    Tensor src(host.data(), DType::F32, {spec.numel}, Device::CPU);
-    Tensor dst = params_.view(static_cast<size_t>(spec.offset) * kF32, DType::F32, {spec.numel});
-    backend_.copy(src, dst);
-  }
 }
 
 Tensor Gpt::act(size_t offset, std::initializer_list<int64_t> dims, DType dtype) const {
@@ -174,22 +154,22 @@ Gpt::BlockActs Gpt::block_acts(int layer, int B, int T) const {
   return a;
 }
 
-Gpt::BlockParams Gpt::block_params(int layer, bool grads) {
-  const std::string p = "h." + std::to_string(layer) + ".";
-  auto get = [&](const char* suffix) { return grads ? grad_tensor(p + suffix) : param_tensor(p + suffix); };
+Gpt::BlockParams Gpt::block_params(int layer, float* group_base) const {
+  const size_t first = kBlockFirstSpec + kBlockSpecs * static_cast<size_t>(layer);
+  auto get = [&](size_t k) { return group_view(group_base, specs_[first + k]); };
   BlockParams b;
-  b.ln1_w = get("ln_1.weight");
-  b.ln1_b = get("ln_1.bias");
-  b.attn_w = get("attn.c_attn.weight");
-  b.attn_b = get("attn.c_attn.bias");
-  b.attn_proj_w = get("attn.c_proj.weight");
-  b.attn_proj_b = get("attn.c_proj.bias");
-  b.ln2_w = get("ln_2.weight");
-  b.ln2_b = get("ln_2.bias");
-  b.fc_w = get("mlp.c_fc.weight");
-  b.fc_b = get("mlp.c_fc.bias");
-  b.proj_w = get("mlp.c_proj.weight");
-  b.proj_b = get("mlp.c_proj.bias");
+  b.ln1_w = get(0);
+  b.ln1_b = get(1);
+  b.attn_w = get(2);
+  b.attn_b = get(3);
+  b.attn_proj_w = get(4);
+  b.attn_proj_b = get(5);
+  b.ln2_w = get(6);
+  b.ln2_b = get(7);
+  b.fc_w = get(8);
+  b.fc_b = get(9);
+  b.proj_w = get(10);
+  b.proj_b = get(11);
   return b;
 }
 
@@ -223,8 +203,8 @@ void Gpt::load_tokens(const int32_t* tokens, const int32_t* targets, int B, int 
   }
 }
 
-void Gpt::block_forward(int layer, const BlockActs& a, Tensor input, Tensor output, bool write_output, int B, int T) {
-  const BlockParams p = block_params(layer, false);
+void Gpt::block_forward(const BlockParams& p, const BlockActs& a, Tensor input, Tensor output, bool write_output,
+                        int B, int T) {
   Tensor proj_out = act(block_out_offset_, {B, T, dims_.d_model});
   backend_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p.ln1_w, p.ln1_b);
   backend_.linear_forward(a.qkv, a.ln1, p.attn_w, p.attn_b);
@@ -242,15 +222,24 @@ void Gpt::block_forward(int layer, const BlockActs& a, Tensor input, Tensor outp
 
 void Gpt::run_forward(int B, int T) {
   const int L = dims_.n_layer;
-  backend_.embedding_forward(residual(0, B, T), act(tokens_offset_, {B, T}, DType::I32), param_tensor("wte.weight"),
-                             param_tensor("wpe.weight"));
-  for (int l = 0; l < L; ++l) block_forward(l, block_acts(l, B, T), residual(l, B, T), residual(l + 1, B, T), true, B, T);
+  const size_t lnf_spec = specs_.size() - 2;
+  float* emb = store_->acquire_params(0, Pass::Forward);
+  const Tensor wte = group_view(emb, specs_[0]);
+  backend_.embedding_forward(residual(0, B, T), act(tokens_offset_, {B, T}, DType::I32), wte,
+                             group_view(emb, specs_[1]));
+  for (int l = 0; l < L; ++l) {
+    float* block = store_->acquire_params(l + 1, Pass::Forward);
+    block_forward(block_params(l, block), block_acts(l, B, T), residual(l, B, T), residual(l + 1, B, T), true, B, T);
+    store_->release_params(l + 1, Pass::Forward);
+  }
+  float* final_ln = store_->acquire_params(L + 1, Pass::Forward);
   Tensor lnf = act(lnf_offset_, {B, T, dims_.d_model});
   backend_.layernorm_forward(lnf, act(lnf_mean_offset_, {B, T}), act(lnf_rstd_offset_, {B, T}), residual(L, B, T),
-                             param_tensor("ln_f.weight"), param_tensor("ln_f.bias"));
+                             group_view(final_ln, specs_[lnf_spec]), group_view(final_ln, specs_[lnf_spec + 1]));
+  store_->release_params(L + 1, Pass::Forward);
   // Tied head: logits (B·T, Vp) = ln_f(x) · wteᵀ.
-  backend_.matmul(act(logits_offset_, {B, T, dims_.padded_vocab}), lnf, param_tensor("wte.weight"), Tensor(),
-                  false, /*trans_b=*/true, false);
+  backend_.matmul(act(logits_offset_, {B, T, dims_.padded_vocab}), lnf, wte, Tensor(), false, /*trans_b=*/true, false);
+  store_->release_params(0, Pass::Forward);
 }
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
@@ -281,9 +270,8 @@ Tensor Gpt::forward_logits(const int32_t* tokens, int B, int T) {
   return act(logits_offset_, {B, T, dims_.padded_vocab});
 }
 
-void Gpt::block_backward(int layer, const BlockActs& a, Tensor input, Tensor dres, int B, int T) {
-  const BlockParams p = block_params(layer, false);
-  const BlockParams g = block_params(layer, true);
+void Gpt::block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a, Tensor input, Tensor dres,
+                         int B, int T) {
   const int64_t C = dims_.d_model;
   Tensor dnarrow = act(dnarrow_offset_, {B, T, C});
   Tensor dwide = act(dwide_offset_, {B, T, 4 * C});
@@ -305,25 +293,42 @@ void Gpt::backward(float dloss) {
   backward_ready_ = false;
   const int B = last_batch_, T = last_seq_, L = dims_.n_layer;
   const int64_t C = dims_.d_model;
+  const size_t lnf_spec = specs_.size() - 2;
+  auto group_done = [&](int group) {
+    store_->release_params(group, Pass::Backward);
+    store_->release_grads(group);
+    if (grad_ready_) grad_ready_(group);
+  };
   Tensor logits = act(logits_offset_, {B, T, dims_.padded_vocab});
   Tensor tokens = act(tokens_offset_, {B, T}, DType::I32);
   backend_.softmax_cross_entropy(logits, Tensor(), act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, true,
                                  dloss);
+  // The embeddings stay acquired to the end: the tied head and the embedding both use wte.
+  float* emb = store_->acquire_params(0, Pass::Backward);
+  float* demb = store_->acquire_grads(0);
   Tensor& dlogits = logits;
   Tensor lnf = act(lnf_offset_, {B, T, C});
   Tensor dlnf = act(dnarrow_offset_, {B, T, C});
   Tensor dres = act(dresidual_offset_, {B, T, C});
-  backend_.matmul(dlnf, dlogits, param_tensor("wte.weight"), Tensor(), false, false, false);
-  backend_.matmul(grad_tensor("wte.weight"), dlogits, lnf, Tensor(), /*trans_a=*/true, false, /*accumulate=*/true);
+  backend_.matmul(dlnf, dlogits, group_view(emb, specs_[0]), Tensor(), false, false, false);
+  backend_.matmul(group_view(demb, specs_[0]), dlogits, lnf, Tensor(), /*trans_a=*/true, false, /*accumulate=*/true);
   backend_.zero(dres);
-  backend_.layernorm_backward(dres, grad_tensor("ln_f.weight"), grad_tensor("ln_f.bias"), dlnf, residual(L, B, T),
-                              param_tensor("ln_f.weight"), act(lnf_mean_offset_, {B, T}), act(lnf_rstd_offset_, {B, T}));
+  float* final_ln = store_->acquire_params(L + 1, Pass::Backward);
+  float* dfinal_ln = store_->acquire_grads(L + 1);
+  backend_.layernorm_backward(dres, group_view(dfinal_ln, specs_[lnf_spec]), group_view(dfinal_ln, specs_[lnf_spec + 1]),
+                              dlnf, residual(L, B, T), group_view(final_ln, specs_[lnf_spec]),
+                              act(lnf_mean_offset_, {B, T}), act(lnf_rstd_offset_, {B, T}));
+  group_done(L + 1);
   for (int l = L - 1; l >= 0; --l) {
     const BlockActs a = block_acts(l, B, T);
-    if (recompute_ == ActivationRecompute::Full) block_forward(l, a, residual(l, B, T), Tensor(), false, B, T);
-    block_backward(l, a, residual(l, B, T), dres, B, T);
+    const BlockParams p = block_params(l, store_->acquire_params(l + 1, Pass::Backward));
+    const BlockParams g = block_params(l, store_->acquire_grads(l + 1));
+    if (recompute_ == ActivationRecompute::Full) block_forward(p, a, residual(l, B, T), Tensor(), false, B, T);
+    block_backward(p, g, a, residual(l, B, T), dres, B, T);
+    group_done(l + 1);
   }
-  backend_.embedding_backward(grad_tensor("wte.weight"), grad_tensor("wpe.weight"), dres, tokens);
+  backend_.embedding_backward(group_view(demb, specs_[0]), group_view(demb, specs_[1]), dres, tokens);
+  group_done(0);
 }
 
 }  // namespace strata

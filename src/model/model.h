@@ -1,9 +1,12 @@
 // Public header of src/model: the GPT-2 parameter registry (ParamSpec, from which TP slicing,
-// ZeRO partitioning, checkpoints and export derive) and the Gpt model with a hand-written
-// backward over one flat parameter buffer, one flat gradient buffer and one activation arena.
+// ZeRO partitioning, checkpoints and export derive), the ParamStore through which the model
+// reaches its parameters and gradients layer group by layer group, and the Gpt model with a
+// hand-written backward.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -43,22 +46,94 @@ std::vector<ParamSpec> gpt_param_specs(const GptDims& dims);
 // Σ numel over the specs.
 int64_t gpt_param_count(const GptDims& dims);
 
+// Elements [begin, begin + count) of parameter `spec`'s GPT-2 initial value (see
+// Gpt::init_weights): a pure function of (seed, name, element index), so any rank can
+// initialise any slice on its own.
+void gpt_init_values(const GptDims& dims, const ParamSpec& spec, uint64_t seed, int64_t begin, int64_t count,
+                     float* out);
+
+// ---- layer groups and parameter storage ----------------------------------------------
+// The model reaches parameters one layer group at a time: group 0 is the embeddings (wte,
+// wpe), group 1 + l is block l, group n_layer + 1 is ln_f. Each is a contiguous element range
+// of the flat layout (ParamSpec::offset).
+struct LayerGroup {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t numel() const { return end - begin; }
+};
+inline int param_group(const ParamSpec& spec) { return spec.layer + 1; }
+std::vector<LayerGroup> gpt_layer_groups(const std::vector<ParamSpec>& specs);
+
+enum class Pass { Forward, Backward };
+
+// Where parameters and gradients live. The model brackets every use of a group with
+// acquire/release, so an implementation may keep only a shard and fetch groups on demand.
+// Views returned for a group are laid out like the flat buffer's range of that group:
+// parameter `spec` starts at returned + (spec.offset − group.begin).
+// Forward acquires groups in the order 0, 1, …, L + 1 (holding 0 until the logits are done);
+// backward in the order 0, L + 1, L, …, 1 (holding 0 until the embedding gradient is done).
+class ParamStore {
+ public:
+  virtual ~ParamStore() = default;
+  virtual float* acquire_params(int group, Pass pass) = 0;
+  virtual void release_params(int group, Pass pass) = 0;
+  // Where backward accumulates the group's gradient (+=); release_grads says that the
+  // gradient of the current backward for that group is complete.
+  virtual float* acquire_grads(int group) = 0;
+  virtual void release_grads(int group) = 0;
+};
+
+// The default store: every parameter and gradient in two flat fp32 buffers. `capacity`
+// (≥ numel) lets a caller pad the buffers, e.g. to a multiple of the data-parallel size; the
+// padding stays zero.
+class FlatParamStore final : public ParamStore {
+ public:
+  FlatParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int64_t capacity = 0);
+  float* acquire_params(int group, Pass) override { return params_base() + groups_.at(static_cast<size_t>(group)).begin; }
+  void release_params(int, Pass) override {}
+  float* acquire_grads(int group) override { return grads_base() + groups_.at(static_cast<size_t>(group)).begin; }
+  void release_grads(int) override {}
+
+  int64_t numel() const { return numel_; }
+  int64_t capacity() const { return capacity_; }
+  Tensor params() const { return params_.view(0, DType::F32, {numel_}); }  // numel elements
+  Tensor grads() const { return grads_.view(0, DType::F32, {numel_}); }
+  Tensor padded_params() const { return params_.view(0, DType::F32, {capacity_}); }
+  Tensor padded_grads() const { return grads_.view(0, DType::F32, {capacity_}); }
+
+ private:
+  float* params_base() const { return static_cast<float*>(params_.data()); }
+  float* grads_base() const { return static_cast<float*>(grads_.data()); }
+  std::vector<LayerGroup> groups_;
+  int64_t numel_ = 0, capacity_ = 0;
+  Buffer params_, grads_;
+};
+
 class Gpt {
  public:
-  // Allocates parameters, gradients (zeroed) and activations for up to max_batch sequences
-  // of dims.seq_len tokens on the backend's device. Parameters start at zero: call
-  // init_weights or load them.
-  Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute);
+  // Allocates activations for up to max_batch sequences of dims.seq_len tokens on the
+  // backend's device. Without `store` the model owns a FlatParamStore (parameters start at
+  // zero: call init_weights or load them); otherwise `store` (which must outlive the model)
+  // provides parameters and gradients.
+  Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute,
+      ParamStore* store = nullptr);
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   const GptDims& dims() const { return dims_; }
   const std::vector<ParamSpec>& params() const { return specs_; }
   const ParamSpec& param(const std::string& name) const;  // throws std::out_of_range naming it
+  const std::vector<LayerGroup>& groups() const { return groups_; }
+  // The flat views below need a FlatParamStore (the default); otherwise std::logic_error.
+  bool has_flat_store() const { return flat_ != nullptr; }
   Tensor params_flat();                                   // fp32, gpt_param_count elements
   Tensor grads_flat();                                    // same layout as params_flat
   Tensor param_tensor(const std::string& name);           // view with the spec's shape
   Tensor grad_tensor(const std::string& name);
+
+  // Called during backward right after a group's gradient is complete (group order
+  // L + 1, L, …, 1, 0), e.g. to start reducing it while backward goes on.
+  void set_grad_ready_callback(std::function<void(int group)> callback) { grad_ready_ = std::move(callback); }
 
   // GPT-2 init: element i of tensor `name` is rng_normal(seed, rng_stream_id(name), i) · std
   // with std 0.02 (wte, wpe, c_attn, c_fc weights) or 0.02/√(2·n_layer) (c_proj weights);
@@ -68,10 +143,10 @@ class Gpt {
   // tokens/targets: (B, T) int32 row-major host arrays, B ≤ max_batch, T ≤ seq_len.
   // Returns the mean loss over the B·T tokens. Token ids ≥ vocab_size throw UserError.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
-  // Adds the gradient of (Σ over the last forward's tokens of loss_token · dloss) into
-  // grads_flat(). Requires the immediately preceding forward() (of the same batch).
+  // Adds the gradient of (Σ over the last forward's tokens of loss_token · dloss) into the
+  // store's gradients. Requires the immediately preceding forward() (of the same batch).
   void backward(float dloss);
-  void zero_grads();
+  void zero_grads();  // flat store only
 
   // Inference: logits (B, T, padded_vocab) for tokens (B, T) (no loss); the view is valid
   // until the next call. Invalidates a pending backward.
@@ -98,13 +173,17 @@ class Gpt {
   // Embedding, all blocks, final LN and logits for the loaded tokens.
   void run_forward(int B, int T);
   // One block; with write_output false the residual output (not needed by backward) is skipped.
-  void block_forward(int layer, const BlockActs& acts, Tensor input, Tensor output, bool write_output, int B, int T);
-  void block_backward(int layer, const BlockActs& acts, Tensor input, Tensor dresidual, int B, int T);
+  void block_forward(const BlockParams& p, const BlockActs& acts, Tensor input, Tensor output, bool write_output,
+                     int B, int T);
+  void block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& acts, Tensor input,
+                      Tensor dresidual, int B, int T);
   BlockActs block_acts(int layer, int B, int T) const;
-  BlockParams block_params(int layer, bool grads);
+  // Views of block `layer`'s tensors inside a group view returned by the store.
+  BlockParams block_params(int layer, float* group_base) const;
+  Tensor group_view(float* group_base, const ParamSpec& spec) const;
+  FlatParamStore& flat_store() const;
   Tensor residual(int index, int B, int T) const;  // block `index`'s input; index L: last output
   Tensor act(size_t offset, std::initializer_list<int64_t> dims, DType dtype = DType::F32) const;
-  Tensor spec_view(const ParamSpec& spec, const Buffer& buffer) const;
 
   GptDims dims_;
   Backend& backend_;
@@ -112,8 +191,11 @@ class Gpt {
   ActivationRecompute recompute_;
   std::vector<ParamSpec> specs_;
   std::unordered_map<std::string, size_t> spec_index_;
-  Buffer params_;
-  Buffer grads_;
+  std::vector<LayerGroup> groups_;
+  std::unique_ptr<FlatParamStore> owned_store_;
+  ParamStore* store_ = nullptr;
+  FlatParamStore* flat_ = nullptr;  // store_ when it is a FlatParamStore
+  std::function<void(int)> grad_ready_;
   Buffer activations_;
 
   // Arena layout (byte offsets), fixed for (max_batch, seq_len).

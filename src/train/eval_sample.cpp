@@ -6,17 +6,31 @@
 
 namespace strata {
 
-double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches) {
+double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches, Comm& comm,
+                     bool lockstep) {
   // The val split is read from its start in file order, identically at every evaluation.
   const GlobalSampler sampler(data, seq_len, /*shuffle=*/false, /*seed=*/0);
   const int64_t total = std::min<int64_t>(batches * micro_batch, sampler.num_sequences());
+  const int64_t n_batches = (total + micro_batch - 1) / micro_batch;
+  const int ranks = comm.size(), rank = comm.rank();
+  // Batch b is evaluated by rank b mod ranks in round b / ranks.
+  const int64_t rounds = (n_batches + ranks - 1) / ranks;
   std::vector<int32_t> tokens(static_cast<size_t>(micro_batch) * seq_len);
   std::vector<int32_t> targets(tokens.size());
+  auto batch_size = [&](int64_t b) { return static_cast<int>(std::min<int64_t>(micro_batch, total - b * micro_batch)); };
+  std::vector<float> mine(static_cast<size_t>(rounds), 0.0f);
+  for (int64_t k = 0; k < rounds; ++k) {
+    const int64_t b = k * ranks + rank;
+    if (b >= n_batches && !lockstep) break;
+    const int64_t run = b < n_batches ? b : 0;  // lockstep ranks without a batch repeat batch 0 and drop it
+    read_sequences(data, sampler, run * micro_batch, batch_size(run), tokens.data(), targets.data());
+    const float loss = model.forward(tokens.data(), targets.data(), batch_size(run), seq_len);
+    if (b < n_batches) mine[static_cast<size_t>(k)] = loss;
+  }
+  const std::vector<float> all = all_gather_floats(comm, mine);
   double loss_sum = 0;
-  for (int64_t first = 0; first < total; first += micro_batch) {
-    const int count = static_cast<int>(std::min<int64_t>(micro_batch, total - first));
-    read_sequences(data, sampler, first, count, tokens.data(), targets.data());
-    loss_sum += static_cast<double>(model.forward(tokens.data(), targets.data(), count, seq_len)) * count;
+  for (int64_t b = 0; b < n_batches; ++b) {
+    loss_sum += static_cast<double>(all[static_cast<size_t>((b % ranks) * rounds + b / ranks)]) * batch_size(b);
   }
   return loss_sum / static_cast<double>(total);
 }

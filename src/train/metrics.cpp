@@ -32,8 +32,9 @@ std::string format_step_line(const StepMetrics& m) {
   line += fmt::format(" | mem {:.0f} MiB | ETA {}", static_cast<double>(m.peak_memory_bytes) / (1 << 20),
                       format_duration(m.eta_seconds));
   if (m.forward_seconds >= 0) {
-    line += fmt::format(" | fwd {:.0f} bwd {:.0f} opt {:.0f} ms", m.forward_seconds * 1e3, m.backward_seconds * 1e3,
-                        m.optimizer_seconds * 1e3);
+    line += fmt::format(" | fwd {:.0f} bwd {:.0f} opt {:.0f} ms, comm wait {:.0f} ms ({:.0f}%)", m.forward_seconds * 1e3,
+                        m.backward_seconds * 1e3, m.optimizer_seconds * 1e3, m.comm_wait_seconds * 1e3,
+                        m.step_seconds > 0 ? 100 * m.comm_wait_seconds / m.step_seconds : 0.0);
   }
   return line;
 }
@@ -54,7 +55,9 @@ nlohmann::json step_record(const StepMetrics& m) {
     r["forward_s"] = m.forward_seconds;
     r["backward_s"] = m.backward_seconds;
     r["optimizer_s"] = m.optimizer_seconds;
+    r["comm_wait_s"] = m.comm_wait_seconds;
   }
+  if (!m.comm.is_null()) r["comm"] = m.comm;
   return r;
 }
 

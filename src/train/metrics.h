@@ -18,8 +18,11 @@ struct StepMetrics {
   double mfu = -1;                   // fraction of peak; < 0 when no peak is known (CPU)
   size_t peak_memory_bytes = 0;
   double eta_seconds = 0;
-  // wall_clock_breakdown phases (seconds), negative when not measured
-  double forward_seconds = -1, backward_seconds = -1, optimizer_seconds = -1;
+  // wall_clock_breakdown phases (seconds), negative when not measured; comm_wait is the time
+  // blocked on data-parallel collectives, part of the phase it happened in
+  double forward_seconds = -1, backward_seconds = -1, comm_wait_seconds = -1, optimizer_seconds = -1;
+  // Payload bytes per communicator and operation during the step, e.g. {"dp.all_reduce": 1024}
+  nlohmann::json comm;
 };
 
 std::string format_step_line(const StepMetrics& m);

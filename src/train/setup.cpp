@@ -48,18 +48,27 @@ AdamWSettings adamw_from_config(const Config& cfg) {
   return s;
 }
 
-std::vector<ParamRange> param_ranges(const Gpt& model) {
-  std::vector<ParamRange> ranges;
-  for (const ParamSpec& spec : model.params()) ranges.push_back({spec.offset, spec.numel, spec.weight_decay});
-  return ranges;
+EngineSettings engine_settings_from_config(const Config& cfg) {
+  const ZeroConfig& z = cfg.zero_optimization;
+  EngineSettings s;
+  s.zero_stage = z.stage;
+  s.overlap_comm = z.overlap_comm.value_or(z.stage == 3);
+  s.reduce_bucket_size = z.reduce_bucket_size;
+  s.adamw = adamw_from_config(cfg);
+  s.gradient_clipping = cfg.gradient_clipping;
+  return s;
 }
 
-void check_runnable(const Config& cfg, int world_size) {
-  if (world_size > 1) {
-    throw UserError(fmt::format(
-        "this build trains on one rank; data parallelism (world size {}) is not supported yet: run without mpirun "
-        "or with -np 1",
-        world_size));
+void check_runnable(const Config& cfg, int world_size, bool dump_grads) {
+  if (cfg.derived.dp_size != world_size) {
+    throw UserError(fmt::format("the job has {} ranks but the layout gives data parallelism {}: this build runs "
+                                "data parallelism only (every rank one DP replica)",
+                                world_size, cfg.derived.dp_size));
+  }
+  if (dump_grads && cfg.zero_optimization.stage != 0) {
+    throw UserError(fmt::format("--dump-grads writes the whole gradient, which only ZeRO stage 0 keeps on one rank; "
+                                "run it with --set zero_optimization.stage=0 (this config has stage {})",
+                                cfg.zero_optimization.stage));
   }
   if (cfg.data.train.empty()) throw UserError("data.train: required to train (a glob of token shards, e.g. data/kjv/train_*.bin)");
   if (cfg.logging.sample_interval > 0 && cfg.model.vocab_size != kByteVocabSize) {

@@ -10,16 +10,17 @@
 #include "data/data.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "parallel/parallel.h"
 
 namespace strata {
 
 GptDims gpt_dims_from_config(const Config& cfg);
 LrScheduleSettings lr_schedule_from_config(const Config& cfg);
 AdamWSettings adamw_from_config(const Config& cfg);
-std::vector<ParamRange> param_ranges(const Gpt& model);
-// Layout-level limits of this build that the config alone cannot express (the world size
-// comes from mpirun). Throws UserError.
-void check_runnable(const Config& cfg, int world_size);
+EngineSettings engine_settings_from_config(const Config& cfg);
+// Limits of this build that the config alone cannot express (the world size comes from
+// mpirun; --dump-grads needs the whole gradient on one rank). Throws UserError.
+void check_runnable(const Config& cfg, int world_size, bool dump_grads);
 
 // Everything a checkpoint must restore besides tensors.
 struct LoopState {
@@ -30,17 +31,22 @@ struct LoopState {
 };
 
 nlohmann::json model_meta(const GptDims& dims);
-std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Gpt& model,
-                                     AdamW& optimizer, const SaveContext& context);
-// Loads parameters and optimizer state into the model/optimizer laid out as now; returns the
-// loop state. Throws UserError when the checkpoint's model does not match.
-LoopState load_training_checkpoint(const std::string& path, const std::string& source_key, Gpt& model,
-                                   AdamW& optimizer, int rank);
+// Collective over all ranks: each writes the state its engine owns.
+std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Engine& engine,
+                                     const SaveContext& context);
+// Loads parameters and optimizer state into the engine laid out as now (any DP size and ZeRO
+// stage may have saved them); returns the loop state. Throws UserError when the checkpoint's
+// model does not match.
+LoopState load_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank);
 // Writes grads with HF names (wte cut to vocab_size rows) to a safetensors file.
 void dump_gradients(const std::string& path, Gpt& model);
 
-// Mean loss over `batches` micro-batches read from the start of the split.
-double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches);
+// Mean loss over `batches` micro-batches read from the start of the split. The ranks of `comm`
+// share the batches and gather the per-batch losses, summed in batch order, so the result is
+// the single-rank value on every rank. lockstep: every rank runs the same number of forwards
+// (needed when forward itself communicates, as with ZeRO-3).
+double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches, Comm& comm,
+                     bool lockstep);
 // Continues `prompt` (byte-level text) by `count` tokens sampled at temperature 1.
 std::string sample_text(Gpt& model, const std::string& prompt, int count, Rng& rng);
 

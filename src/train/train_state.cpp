@@ -1,41 +1,41 @@
 // Checkpoint contents of a training run: fp32 parameters ("model.<HF name>"), Adam moments
-// ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>"), and the loop state (step, schedule,
-// optimizer step count, sampling RNG), with the config and layout in the manifest.
+// ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>") as flat ranges of each tensor cut from
+// whatever this rank owns under its ZeRO layout, and the loop state (step, schedule, optimizer
+// step count, sampling RNG), with the config and layout in the manifest. Loading reads the
+// ranges the current layout needs, whatever layout saved them.
 #include <fmt/core.h>
+
+#include <algorithm>
 
 #include "train/train_internal.h"
 
 namespace strata {
 namespace {
 
-TensorPiece whole_piece(const std::string& name, const ParamSpec& spec, const float* data) {
-  TensorPiece p;
-  p.name = name;
-  p.dtype = DType::F32;
-  p.global_shape = spec.shape;
-  p.offset.assign(spec.shape.size(), 0);
-  p.shape = spec.shape;
-  p.data = data;
-  return p;
+const char* state_prefix(StateKind kind) {
+  switch (kind) {
+    case StateKind::Params: return "model.";
+    case StateKind::ExpAvg: return "optim.exp_avg.";
+    case StateKind::ExpAvgSq: return "optim.exp_avg_sq.";
+  }
+  return "";
 }
 
-// Reads one tensor saved under `key` into dst laid out as `spec` now; wte may have been
-// saved with another vocab padding, so only the real rows are read (padding stays zero).
-void read_param(const CheckpointReader& reader, const std::string& key, const ParamSpec& spec, int vocab_size,
-                float* dst) {
+constexpr StateKind kAllKinds[] = {StateKind::Params, StateKind::ExpAvg, StateKind::ExpAvgSq};
+
+// The saved tensor must have the model's shape, except that wte may carry another vocab
+// padding (only its real rows are read).
+void check_saved_shape(const CheckpointReader& reader, const std::string& key, const ParamSpec& spec, int vocab_size) {
   const TensorInfo& info = reader.info(key);
   const bool is_wte = spec.name == "wte.weight";
-  std::vector<int64_t> box = spec.shape;
-  if (is_wte) box[0] = vocab_size;
   bool fits = info.global_shape.size() == spec.shape.size();
   for (size_t d = 0; fits && d < spec.shape.size(); ++d) {
-    fits = (d == 0 && is_wte) ? info.global_shape[0] >= box[0] : info.global_shape[d] == spec.shape[d];
+    fits = (d == 0 && is_wte) ? info.global_shape[0] >= vocab_size : info.global_shape[d] == spec.shape[d];
   }
   if (!fits) {
     throw UserError(fmt::format("{}: tensor {} has shape {} in the checkpoint but the model needs {}", reader.path(),
                                 key, nlohmann::json(info.global_shape).dump(), nlohmann::json(spec.shape).dump()));
   }
-  reader.read_box(key, std::vector<int64_t>(spec.shape.size(), 0), box, DType::F32, dst);
 }
 
 }  // namespace
@@ -45,16 +45,24 @@ nlohmann::json model_meta(const GptDims& d) {
           {"vocab_size", d.vocab_size}, {"padded_vocab", d.padded_vocab}, {"seq_len", d.seq_len}};
 }
 
-std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Gpt& model,
-                                     AdamW& optimizer, const SaveContext& context) {
-  const float* params = model.params_flat().f32();
-  const float* exp_avg = optimizer.exp_avg().f32();
-  const float* exp_avg_sq = optimizer.exp_avg_sq().f32();
+std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Engine& engine,
+                                     const SaveContext& context) {
+  const std::vector<ParamSpec>& specs = engine.model().params();
   std::vector<TensorPiece> pieces;
-  for (const ParamSpec& spec : model.params()) {
-    pieces.push_back(whole_piece("model." + spec.name, spec, params + spec.offset));
-    pieces.push_back(whole_piece("optim.exp_avg." + spec.name, spec, exp_avg + spec.offset));
-    pieces.push_back(whole_piece("optim.exp_avg_sq." + spec.name, spec, exp_avg_sq + spec.offset));
+  for (StateKind kind : kAllKinds) {
+    for (const FlatSpan& span : engine.saved_spans(kind)) {
+      for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
+        TensorPiece p;
+        p.name = state_prefix(kind) + slice.spec->name;
+        p.dtype = DType::F32;
+        p.global_shape = slice.spec->shape;
+        p.view_shape = {slice.spec->numel};
+        p.offset = {slice.begin};
+        p.shape = {slice.count};
+        p.data = span.data + slice.span_offset;
+        pieces.push_back(std::move(p));
+      }
+    }
   }
   const nlohmann::json rank_state = {
       {"sample_rng", {{"seed", state.sample_rng.seed}, {"stream", state.sample_rng.stream}, {"counter", state.sample_rng.counter}}}};
@@ -64,18 +72,17 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
       {"scheduler_iteration", state.scheduler_iteration},
       {"optimizer_steps", state.optimizer_steps},
       {"loader_next_step", step},
-      {"model", model_meta(model.dims())},
+      {"model", model_meta(engine.model().dims())},
       {"layout", {{"world_size", cfg.derived.world_size}, {"dp", cfg.derived.dp_size}, {"tp", cfg.derived.tp_size},
                   {"pp", cfg.derived.pp_size}, {"zero_stage", cfg.zero_optimization.stage}}},
       {"config", config_to_yaml(cfg)}};
   return save_checkpoint(cfg.checkpoint.dir, step, context, pieces, rank_state, meta, cfg.checkpoint.keep_last);
 }
 
-LoopState load_training_checkpoint(const std::string& path, const std::string& source_key, Gpt& model,
-                                    AdamW& optimizer, int rank) {
+LoopState load_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank) {
   const CheckpointReader reader = CheckpointReader::open(path, source_key);
   const nlohmann::json& meta = reader.global_meta();
-  const GptDims& dims = model.dims();
+  const GptDims& dims = engine.model().dims();
   const nlohmann::json saved = meta.at("model");
   for (const char* key : {"n_layer", "n_head", "d_model", "vocab_size", "seq_len"}) {
     const nlohmann::json now = model_meta(dims).at(key);
@@ -85,13 +92,19 @@ LoopState load_training_checkpoint(const std::string& path, const std::string& s
                                   source_key, reader.path(), key, saved.at(key).dump(), now.dump(), key));
     }
   }
-  float* params = model.params_flat().f32();
-  float* exp_avg = optimizer.exp_avg().f32();
-  float* exp_avg_sq = optimizer.exp_avg_sq().f32();
-  for (const ParamSpec& spec : model.params()) {
-    read_param(reader, "model." + spec.name, spec, dims.vocab_size, params + spec.offset);
-    read_param(reader, "optim.exp_avg." + spec.name, spec, dims.vocab_size, exp_avg + spec.offset);
-    read_param(reader, "optim.exp_avg_sq." + spec.name, spec, dims.vocab_size, exp_avg_sq + spec.offset);
+  const std::vector<ParamSpec>& specs = engine.model().params();
+  for (StateKind kind : kAllKinds) {
+    for (const ParamSpec& spec : specs) check_saved_shape(reader, state_prefix(kind) + spec.name, spec, dims.vocab_size);
+    for (const FlatSpan& span : engine.held_spans(kind)) {
+      for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
+        float* dst = span.data + slice.span_offset;
+        // wte rows past the real vocabulary are padding: zero here, whatever padding saved them.
+        const int64_t real = slice.spec->name == "wte.weight" ? int64_t{dims.vocab_size} * dims.d_model : slice.spec->numel;
+        const int64_t count = std::max<int64_t>(0, std::min(slice.count, real - slice.begin));
+        if (count > 0) reader.read_flat(state_prefix(kind) + slice.spec->name, slice.begin, count, DType::F32, dst);
+        std::fill(dst + count, dst + slice.count, 0.0f);
+      }
+    }
   }
   LoopState state;
   state.step = meta.at("step").get<int64_t>();
@@ -100,7 +113,7 @@ LoopState load_training_checkpoint(const std::string& path, const std::string& s
   const int saved_rank = rank < reader.saved_world_size() ? rank : 0;
   const nlohmann::json& rng = reader.rank_state(saved_rank).at("sample_rng");
   state.sample_rng = {rng.at("seed").get<uint64_t>(), rng.at("stream").get<uint64_t>(), rng.at("counter").get<uint64_t>()};
-  optimizer.set_steps_taken(state.optimizer_steps);
+  engine.set_optimizer_steps(state.optimizer_steps);
   return state;
 }
 

@@ -1,6 +1,7 @@
-// `strata train`: builds the model, data, optimizer and schedule from the config, resumes
-// or initialises, and runs the loop — gradient accumulation, clipping, AdamW, evaluation,
-// samples, metrics, checkpoints, and a clean stop on SIGINT/SIGTERM.
+// `strata train`: builds the rank grid, the data-parallel engine (model, ZeRO stage,
+// optimizer), data and schedule from the config, resumes or initialises, and runs the loop —
+// gradient accumulation, reduction, clipping, AdamW, evaluation, samples, metrics with memory
+// and traffic figures, checkpoints, and a stop on SIGINT/SIGTERM agreed by every rank.
 #include <fmt/core.h>
 
 #include <unistd.h>
@@ -29,7 +30,11 @@ void limit_blas_threads(const MpiRuntime& mpi) {
   if (mpi.local_size() > 1) openblas_set_num_threads(std::max<int>(1, static_cast<int>(cores / mpi.local_size())));
 }
 
-std::string bytes_text(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+std::string bytes_text(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+ActivationRecompute recompute_of(const Config& cfg) {
+  return cfg.model.recompute == Recompute::Full ? ActivationRecompute::Full : ActivationRecompute::None;
+}
 
 class Trainer {
  public:
@@ -37,10 +42,10 @@ class Trainer {
       : mpi_(mpi), cfg_(std::move(cfg)), options_(std::move(options)),
         backend_(make_cpu_backend()),
         dims_(gpt_dims_from_config(cfg_)),
+        topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size}, CommBackendKind::Mpi),
         train_data_(TokenDataset::open(cfg_.data.train, dims_.vocab_size, "data.train")),
-        model_(dims_, *backend_, cfg_.derived.micro_batch,
-               cfg_.model.recompute == Recompute::Full ? ActivationRecompute::Full : ActivationRecompute::None),
-        optimizer_(*backend_, adamw_from_config(cfg_), param_ranges(model_), model_.params_flat().numel()),
+        engine_(*backend_, topology_.dp(), topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
+                engine_settings_from_config(cfg_)),
         schedule_(lr_schedule_from_config(cfg_)) {
     if (!cfg_.data.val.empty()) val_data_ = TokenDataset::open(cfg_.data.val, dims_.vocab_size, "data.val");
     sampler_.emplace(train_data_, dims_.seq_len, cfg_.data.shuffle, static_cast<uint64_t>(cfg_.train.seed));
@@ -48,7 +53,7 @@ class Trainer {
     layout.micro_batch = cfg_.derived.micro_batch;
     layout.grad_accum = cfg_.derived.grad_accum;
     layout.dp_size = cfg_.derived.dp_size;
-    layout.dp_rank = 0;
+    layout.dp_rank = topology_.coord().dp;
     layout.seq_len = dims_.seq_len;
     loader_ = std::make_unique<BatchLoader>(train_data_, *sampler_, layout, /*prefetch=*/true);
     if (!cfg_.logging.metrics_file.empty() && mpi_.world_rank() == 0) metrics_ = MetricsWriter(cfg_.logging.metrics_file);
@@ -62,19 +67,22 @@ class Trainer {
   void save(int64_t step);
   void evaluate(int64_t step);
   void sample(int64_t step);
-  void print_memory_report();
+  void report_memory();
+  bool agree_to_stop();
+  void reset_traffic();
+  nlohmann::json traffic();
 
   const MpiRuntime& mpi_;
   Config cfg_;
   TrainOptions options_;
   std::unique_ptr<Backend> backend_;
   GptDims dims_;
+  Topology topology_;
   TokenDataset train_data_;
   std::optional<TokenDataset> val_data_;
   std::optional<GlobalSampler> sampler_;
   std::unique_ptr<BatchLoader> loader_;
-  Gpt model_;
-  AdamW optimizer_;
+  Engine engine_;
   LrSchedule schedule_;
   MetricsWriter metrics_;
   LoopState state_;
@@ -93,12 +101,12 @@ void Trainer::start_state() {
     resume_path = resume;
   }
   if (!resume_path.empty()) {
-    state_ = load_training_checkpoint(resume_path, source_key, model_, optimizer_, mpi_.world_rank());
+    state_ = load_training_checkpoint(resume_path, source_key, engine_, mpi_.world_rank());
     schedule_.set_iteration(state_.scheduler_iteration);
     sample_rng_.restore(state_.sample_rng);
     log_info("resumed from {} at step {}", resume_path, state_.step);
   } else {
-    model_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
+    engine_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
     sample_rng_ = Rng(static_cast<uint64_t>(cfg_.train.seed), rng_stream_id("sample"));
     state_.sample_rng = sample_rng_.state();
     log_info("initialised weights (seed {})", cfg_.train.seed);
@@ -107,56 +115,86 @@ void Trainer::start_state() {
   loader_->seek(state_.step);
 }
 
-void Trainer::print_memory_report() {
-  const size_t param_bytes = model_.params_flat().bytes();
-  log_info("memory per rank: parameters {} | gradients {} | optimizer state {} | activations {}", bytes_text(param_bytes),
-           bytes_text(param_bytes), bytes_text(optimizer_.state_bytes()), bytes_text(model_.activation_bytes()));
+// Every rank's memory, gathered to all (cheap, once) and reported by rank 0.
+void Trainer::report_memory() {
+  const EngineMemory mem = engine_.memory();
+  const std::vector<double> mine = {static_cast<double>(mem.params), static_cast<double>(mem.grads),
+                                    static_cast<double>(mem.optimizer), static_cast<double>(mem.workspace),
+                                    static_cast<double>(engine_.model().activation_bytes())};
+  const std::vector<double> all = all_gather_doubles(topology_.world(), mine);
+  nlohmann::json ranks = nlohmann::json::array();
+  log_info("memory per rank (ZeRO stage {}, DP {}):", cfg_.zero_optimization.stage, cfg_.derived.dp_size);
+  log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12}", "rank", "params", "grads", "optimizer", "workspace",
+           "activations");
+  for (int r = 0; r < topology_.world().size(); ++r) {
+    const double* v = all.data() + static_cast<size_t>(r) * mine.size();
+    const auto bytes = [&](int i) { return static_cast<int64_t>(v[i]); };
+    log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12}", r, bytes_text(bytes(0)), bytes_text(bytes(1)),
+             bytes_text(bytes(2)), bytes_text(bytes(3)), bytes_text(bytes(4)));
+    ranks.push_back({{"rank", r}, {"params", bytes(0)}, {"grads", bytes(1)}, {"optimizer", bytes(2)},
+                     {"workspace", bytes(3)}, {"activations", bytes(4)}});
+  }
+  metrics_.write({{"type", "memory"}, {"zero_stage", cfg_.zero_optimization.stage}, {"dp", cfg_.derived.dp_size},
+                  {"n_params", cfg_.derived.n_params}, {"ranks", ranks}});
+}
+
+void Trainer::reset_traffic() {
+  for (Comm* c : topology_.all_comms()) c->counters().reset();
+}
+
+nlohmann::json Trainer::traffic() {
+  nlohmann::json out = nlohmann::json::object();
+  for (Comm* c : topology_.all_comms()) {
+    for (const auto& [op, stats] : c->counters().by_op) out[c->name() + "." + op] = stats.payload_bytes;
+  }
+  return out;
 }
 
 void Trainer::train_step(StepMetrics& m) {
+  reset_traffic();
   const Timer step_timer;
   const int gas = cfg_.derived.grad_accum;
   const int micro = cfg_.derived.micro_batch;
   const int seq = dims_.seq_len;
   // Loss is the mean over every token of the global batch; each token's gradient weight:
   const float dloss = 1.0f / static_cast<float>(static_cast<double>(cfg_.derived.global_batch) * seq);
-  model_.zero_grads();
-  double loss_sum = 0, forward_s = 0, backward_s = 0;
+  engine_.begin_step(gas);
+  std::vector<float> losses;
   for (int i = 0; i < gas; ++i) {
     const MicroBatch batch = loader_->next();
-    Timer t;
-    loss_sum += model_.forward(batch.tokens.data(), batch.targets.data(), micro, seq);
-    forward_s += t.seconds();
-    t.reset();
-    model_.backward(dloss);
-    backward_s += t.seconds();
+    losses.push_back(engine_.micro_step(batch.tokens.data(), batch.targets.data(), micro, seq, dloss));
   }
-  if (state_.step == 0 && !options_.dump_grads_path.empty()) {
-    dump_gradients(options_.dump_grads_path, model_);
+  engine_.finish_reduction();
+  if (state_.step == 0 && !options_.dump_grads_path.empty() && mpi_.world_rank() == 0) {
+    dump_gradients(options_.dump_grads_path, engine_.model());
     log_info("wrote the first step's gradients to {}", options_.dump_grads_path);
   }
-  Timer t;
-  const double grad_norm = std::sqrt(backend_->sum_squares(model_.grads_flat()));
-  const float clip = clip_coefficient(grad_norm, cfg_.gradient_clipping);
   const double lr = schedule_.current_lr();
-  optimizer_.step(model_.params_flat(), model_.grads_flat(), static_cast<float>(lr), clip);
+  const double grad_norm = engine_.apply(lr);
   schedule_.advance();
   ++state_.step;
   state_.scheduler_iteration = schedule_.iteration();
-  state_.optimizer_steps = optimizer_.steps_taken();
+  state_.optimizer_steps = engine_.optimizer_steps();
+  // Micro-batch losses of all ranks in global batch order (rank-major), summed in that order:
+  // the same figure, bit for bit, as one rank running every micro-batch.
+  double loss_sum = 0;
+  for (float l : all_gather_floats(topology_.world(), losses)) loss_sum += l;
 
   m.step = state_.step;
-  m.loss = loss_sum / gas;
+  m.loss = loss_sum / (static_cast<double>(gas) * cfg_.derived.dp_size);
   m.lr = lr;
   m.grad_norm = grad_norm;
   m.step_seconds = step_timer.seconds();
   m.tokens_per_second = static_cast<double>(cfg_.derived.tokens_per_step) / m.step_seconds;
   m.tflops_per_rank = m.tokens_per_second * static_cast<double>(cfg_.derived.flops_per_token) / mpi_.world_size() / 1e12;
   m.peak_memory_bytes = peak_host_memory_bytes();
+  m.comm = traffic();
   if (cfg_.wall_clock_breakdown) {
-    m.forward_seconds = forward_s;
-    m.backward_seconds = backward_s;
-    m.optimizer_seconds = t.seconds();
+    const EngineTimes& t = engine_.times();
+    m.forward_seconds = t.forward;
+    m.backward_seconds = t.backward;
+    m.comm_wait_seconds = t.comm_wait;
+    m.optimizer_seconds = t.optimizer;
   }
 }
 
@@ -167,22 +205,31 @@ void Trainer::save(int64_t step) {
   context.world_size = mpi_.world_size();
   context.barrier = [this] { mpi_.barrier(); };
   state_.sample_rng = sample_rng_.state();
-  const std::string dir = save_training_checkpoint(cfg_, step, state_, model_, optimizer_, context);
+  const std::string dir = save_training_checkpoint(cfg_, step, state_, engine_, context);
   log_info("saved checkpoint {} ({:.1f}s)", dir, t.seconds());
 }
 
 void Trainer::evaluate(int64_t step) {
   if (!val_data_) return;
   const Timer t;
-  const double val_loss = evaluate_loss(model_, *val_data_, dims_.seq_len, cfg_.derived.micro_batch, cfg_.train.eval_iters);
+  const double val_loss = evaluate_loss(engine_.model(), *val_data_, dims_.seq_len, cfg_.derived.micro_batch,
+                                        cfg_.train.eval_iters, topology_.world(), engine_.zero_stage() == 3);
   log_info("eval step {} | val loss {:.4f} | {:.1f}s", step, val_loss, t.seconds());
   metrics_.write({{"type", "eval"}, {"step", step}, {"val_loss", val_loss}});
 }
 
+// Every rank samples (with ZeRO-3 the forward needs them all; the RNG stays identical).
 void Trainer::sample(int64_t step) {
-  const std::string text = sample_text(model_, cfg_.logging.sample_prompt, cfg_.logging.sample_tokens, sample_rng_);
+  const std::string text = sample_text(engine_.model(), cfg_.logging.sample_prompt, cfg_.logging.sample_tokens, sample_rng_);
   log_info("sample at step {}:\n{}{}\n---", step, cfg_.logging.sample_prompt, text);
   metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", text}});
+}
+
+// A signal may reach some ranks only (or one step apart): all stop after the same step.
+bool Trainer::agree_to_stop() {
+  float flag = stop_requested() ? 1.0f : 0.0f;
+  topology_.world().all_reduce(Tensor(&flag, DType::F32, {1}), ReduceOp::Max);
+  return flag > 0.0f;
 }
 
 int Trainer::run() {
@@ -194,7 +241,9 @@ int Trainer::run() {
            cfg_.derived.dp_size, static_cast<double>(cfg_.derived.flops_per_token));
   log_info("data: {} tokens in {} train shard(s){}", train_data_.num_tokens(), train_data_.shards().size(),
            val_data_ ? fmt::format(", {} val tokens", val_data_->num_tokens()) : std::string());
-  print_memory_report();
+  log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
+           engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
+  report_memory();
   start_state();
   if (state_.step >= total) {
     log_info("nothing to do: the checkpoint is at step {} and train.iters is {}", state_.step, total);
@@ -227,8 +276,12 @@ int Trainer::run() {
       save(state_.step);
       saved_last = true;
     }
-    if (stop_requested()) {
-      log_info("signal {} received: stopping after step {}", stop_signal(), state_.step);
+    if (agree_to_stop()) {
+      if (stop_signal() != 0) {
+        log_info("signal {} received: stopping after step {}", stop_signal(), state_.step);
+      } else {
+        log_info("a stop signal reached another rank: stopping after step {}", state_.step);
+      }
       if (!cfg_.checkpoint.dir.empty() && !saved_last) save(state_.step);
       return 0;
     }
@@ -241,7 +294,7 @@ int Trainer::run() {
 
 int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
   Config cfg = load_config_file(options.config_path, options.overrides, mpi.world_size());
-  check_runnable(cfg, mpi.world_size());
+  check_runnable(cfg, mpi.world_size(), !options.dump_grads_path.empty());
   limit_blas_threads(mpi);
   if (mpi.world_rank() == 0) {
     log_info("strata {} | {} rank(s) | config {}", STRATA_VERSION, mpi.world_size(), options.config_path);

@@ -1,0 +1,309 @@
+// The data-parallel engine: builds the model on the stage's parameter store, reduces
+// gradients bucket by bucket (all-reduce for stage 0, reduce-scatter into the owner's shard
+// for stages 1-2, per layer group inside the store for stage 3), and runs the AdamW step on
+// whatever this rank owns, followed by the parameter all-gather of stages 1-2.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "parallel/parallel.h"
+#include "parallel/sharded_store.h"
+
+namespace strata {
+namespace {
+
+// AdamW ranges (weight decay per parameter) of a shard laid out by `runs`.
+std::vector<ParamRange> shard_ranges(const std::vector<ParamSpec>& specs, const std::vector<OwnedRun>& runs) {
+  std::vector<ParamRange> ranges;
+  for (const OwnedRun& run : runs) {
+    for (const SpecSlice& s : slices_by_spec(specs, run.flat_begin, run.count)) {
+      ranges.push_back({run.shard_offset + s.span_offset, s.count, s.spec->weight_decay});
+    }
+  }
+  return ranges;
+}
+
+std::vector<ParamRange> flat_ranges(const std::vector<ParamSpec>& specs) {
+  std::vector<ParamRange> ranges;
+  for (const ParamSpec& spec : specs) ranges.push_back({spec.offset, spec.numel, spec.weight_decay});
+  return ranges;
+}
+
+Tensor f32_view(float* base, int64_t offset, int64_t count) { return Tensor(base + offset, DType::F32, {count}); }
+
+}  // namespace
+
+Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
+               ActivationRecompute recompute, const EngineSettings& settings)
+    : backend_(backend), dp_(dp), scalars_(scalars), dims_(dims), settings_(settings), specs_(gpt_param_specs(dims)) {
+  if (settings.zero_stage < 0 || settings.zero_stage > 3) {
+    throw UserError("zero_optimization.stage: " + std::to_string(settings.zero_stage) + " is not a ZeRO stage (0-3)");
+  }
+  if (backend.device() != Device::CPU) {
+    throw UserError("the data-parallel engine runs on the CPU backend only in this build; set device: cpu");
+  }
+  const int p = dp.size();
+  const int64_t n = specs_.back().offset + specs_.back().numel;
+  const std::vector<LayerGroup> groups = gpt_layer_groups(specs_);
+  if (settings.zero_stage == 3) {
+    std::vector<FlatRange> units;
+    for (const LayerGroup& g : groups) units.push_back({g.begin, g.end});
+    partition_ = std::make_unique<FlatPartition>(units, p, dp.rank());
+    sharded_store_ = std::make_unique<ShardedParamStore>(backend_, dp_, groups, *partition_, settings.overlap_comm,
+                                                         &times_.comm_wait);
+    model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, sharded_store_.get());
+    optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
+                                         partition_->shard_numel());
+    return;
+  }
+  const std::vector<FlatRange> bucket_ranges = make_buckets(n, settings.reduce_bucket_size, p);
+  // Stage 0 keeps everything replicated; its partition (one unit) only splits checkpoint writing.
+  partition_ = std::make_unique<FlatPartition>(settings.zero_stage == 0 ? std::vector<FlatRange>{{0, n}} : bucket_ranges,
+                                               p, dp.rank());
+  flat_store_ = std::make_unique<FlatParamStore>(backend_, specs_, round_up(n, p));
+  model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, flat_store_.get());
+  model_->set_grad_ready_callback([this](int group) { on_grad_ready(group); });
+  for (size_t k = bucket_ranges.size(); k-- > 0;) {
+    buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k, lowest_group(bucket_ranges[k], groups)});
+  }
+  in_flight_.resize(buckets_.size());
+  if (settings.zero_stage == 0) {
+    optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, flat_ranges(specs_), n);
+    return;
+  }
+  const size_t shard_bytes = static_cast<size_t>(partition_->shard_numel()) * sizeof(float);
+  grad_shard_ = backend_.allocate(shard_bytes);
+  param_shard_ = backend_.allocate(shard_bytes);
+  if (settings.zero_stage == 2) recv_ = backend_.allocate(shard_bytes);
+  optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
+                                       partition_->shard_numel());
+}
+
+Engine::~Engine() {
+  for (CommHandle& h : in_flight_) {
+    if (h) h->wait();
+  }
+}
+
+float* Engine::flat_params() const { return flat_store_->padded_params().f32(); }
+float* Engine::flat_grads() const { return flat_store_->padded_grads().f32(); }
+
+void Engine::init_weights(uint64_t seed) {
+  if (flat_store_) {
+    model_->init_weights(seed);
+    return;
+  }
+  float* shard = sharded_store_->params().f32();
+  for (const OwnedRun& run : partition_->owned_runs()) {
+    for (const SpecSlice& s : slices_by_spec(specs_, run.flat_begin, run.count)) {
+      gpt_init_values(dims_, *s.spec, seed, s.begin, s.count, shard + run.shard_offset + s.span_offset);
+    }
+  }
+  sharded_store_->invalidate_params();
+}
+
+void Engine::begin_step(int micro_batches) {
+  if (micro_batches < 1) throw std::invalid_argument("Engine::begin_step: at least one micro-batch");
+  times_ = EngineTimes();
+  micro_batches_ = micro_batches;
+  micro_index_ = 0;
+  switch (settings_.zero_stage) {
+    case 0:
+    case 1: model_->zero_grads(); break;
+    case 2: backend_.zero(grad_shard_.view(0, DType::F32, {partition_->shard_numel()})); break;
+    default: sharded_store_->begin_step(); break;
+  }
+}
+
+float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
+  if (micro_index_ >= micro_batches_) throw std::logic_error("Engine::micro_step: more micro-batches than announced");
+  const bool last = micro_index_ + 1 == micro_batches_;
+  if (settings_.zero_stage == 2) {
+    wait_reductions();  // the previous micro-batch's reduce-scatter reads the buffer we are about to clear
+    model_->zero_grads();
+  }
+  // Stages 0-1 reduce once per step (after the last micro-batch); stage 2 after every one.
+  reducing_ = settings_.zero_stage == 2 || (settings_.zero_stage < 2 && last);
+  next_bucket_ = 0;
+  Timer t;
+  const float loss = model_->forward(tokens, targets, B, T);
+  times_.forward += t.seconds();
+  t.reset();
+  model_->backward(dloss);
+  if (reducing_) {
+    // Without overlap nothing was issued during backward; with it, whatever is left.
+    while (next_bucket_ < buckets_.size()) issue_reduction(next_bucket_++);
+    if (!settings_.overlap_comm) wait_reductions();
+  }
+  reducing_ = false;
+  times_.backward += t.seconds();
+  ++micro_index_;
+  return loss;
+}
+
+void Engine::on_grad_ready(int group) {
+  if (!reducing_ || !settings_.overlap_comm) return;
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].lowest_group >= group) {
+    issue_reduction(next_bucket_++);
+  }
+  for (CommHandle& h : in_flight_) {
+    if (h) h->test();  // lets a progress-driven implementation move the earlier buckets along
+  }
+}
+
+void Engine::issue_reduction(size_t k) {
+  const Bucket& b = buckets_[k];
+  if (settings_.zero_stage == 0) {
+    in_flight_[k] = dp_.all_reduce_async(f32_view(flat_grads(), b.range.begin, b.range.numel()), ReduceOp::Sum);
+  } else {
+    const PartitionUnit& u = partition_->units()[b.unit];
+    Buffer& out = settings_.zero_stage == 1 ? grad_shard_ : recv_;
+    in_flight_[k] = dp_.reduce_scatter_async(f32_view(flat_grads(), u.begin, u.padded),
+                                             f32_view(static_cast<float*>(out.data()), u.shard_offset, u.piece),
+                                             ReduceOp::Sum);
+    if (settings_.zero_stage == 2) stage2_pending_ = true;
+  }
+  if (!settings_.overlap_comm) {
+    const Timer t;
+    in_flight_[k]->wait();
+    in_flight_[k].reset();
+    times_.comm_wait += t.seconds();
+  }
+}
+
+void Engine::wait_reductions() {
+  const Timer t;
+  for (CommHandle& h : in_flight_) {
+    if (h) {
+      h->wait();
+      h.reset();
+    }
+  }
+  times_.comm_wait += t.seconds();
+  if (stage2_pending_) {
+    const Tensor acc = grad_shard_.view(0, DType::F32, {partition_->shard_numel()});
+    backend_.add(acc, acc, recv_.view(0, DType::F32, {partition_->shard_numel()}));
+    stage2_pending_ = false;
+  }
+}
+
+void Engine::finish_reduction() {
+  const Timer t;
+  if (sharded_store_) {
+    sharded_store_->finish_reductions();
+  } else {
+    wait_reductions();
+  }
+  times_.backward += t.seconds();
+}
+
+double Engine::apply(double lr) {
+  const Timer t;
+  double norm_squared = 0.0;
+  Tensor params, grads;
+  const int64_t shard = partition_->shard_numel();
+  switch (settings_.zero_stage) {
+    case 0:
+      params = model_->params_flat();
+      grads = model_->grads_flat();
+      // Replicated: every rank computes the same sum over the same values.
+      norm_squared = backend_.sum_squares(grads);
+      break;
+    case 1:
+    case 2:
+      params = param_shard_.view(0, DType::F32, {shard});
+      grads = grad_shard_.view(0, DType::F32, {shard});
+      for (const OwnedRun& run : partition_->owned_runs()) {
+        backend_.copy(f32_view(flat_params(), run.flat_begin, run.count), f32_view(params.f32(), run.shard_offset, run.count));
+      }
+      break;
+    default:
+      params = sharded_store_->params();
+      grads = sharded_store_->grads();
+      break;
+  }
+  if (settings_.zero_stage > 0) {
+    // Padding is zero, so the shard's sum of squares is exactly its owned part's; summed in
+    // rank order, the total is the same on every rank.
+    for (double part : all_gather_doubles(scalars_, {backend_.sum_squares(grads)})) norm_squared += part;
+  }
+  const double norm = std::sqrt(norm_squared);
+  const float clip = clip_coefficient(norm, settings_.gradient_clipping);
+  optimizer_->step(params, grads, static_cast<float>(lr), clip);
+  if (settings_.zero_stage == 1 || settings_.zero_stage == 2) {
+    std::vector<CommHandle> gathers;
+    for (const PartitionUnit& u : partition_->units()) {
+      gathers.push_back(dp_.all_gather_async(f32_view(params.f32(), u.shard_offset, u.piece),
+                                             f32_view(flat_params(), u.begin, u.padded)));
+    }
+    const Timer wait;
+    for (CommHandle& h : gathers) h->wait();
+    times_.comm_wait += wait.seconds();
+  }
+  if (sharded_store_) sharded_store_->invalidate_params();
+  times_.optimizer += t.seconds();
+  return norm;
+}
+
+EngineMemory Engine::memory() const {
+  const int64_t f = sizeof(float);
+  const int64_t shard = partition_->shard_numel() * f;
+  EngineMemory m;
+  m.optimizer = static_cast<int64_t>(optimizer_->state_bytes());
+  switch (settings_.zero_stage) {
+    case 0:
+      m.params = flat_store_->capacity() * f;
+      m.grads = flat_store_->capacity() * f;
+      break;
+    case 1:
+      m.params = flat_store_->capacity() * f;
+      m.grads = flat_store_->capacity() * f;
+      m.workspace = 2 * shard;  // reduced gradient shard, parameter shard for the update
+      break;
+    case 2:
+      m.params = flat_store_->capacity() * f;
+      m.grads = shard;
+      // The full-size gradient scratch of one micro-batch, the reduce-scatter landing area and
+      // the parameter shard for the update.
+      m.workspace = flat_store_->capacity() * f + 2 * shard;
+      break;
+    default:
+      m.params = sharded_store_->persistent_param_bytes();
+      m.grads = shard;
+      m.workspace = sharded_store_->workspace_bytes();
+      break;
+  }
+  return m;
+}
+
+std::vector<FlatSpan> Engine::spans_of(const std::vector<OwnedRun>& runs, float* flat, float* shard) const {
+  std::vector<FlatSpan> spans;
+  for (const OwnedRun& r : runs) {
+    spans.push_back({r.flat_begin, r.count, flat ? flat + r.flat_begin : shard + r.shard_offset});
+  }
+  return spans;
+}
+
+std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
+  const std::vector<OwnedRun> runs = partition_->owned_runs();
+  if (kind == StateKind::Params) {
+    return sharded_store_ ? spans_of(runs, nullptr, sharded_store_->params().f32()) : spans_of(runs, flat_params(), nullptr);
+  }
+  float* state = (kind == StateKind::ExpAvg ? optimizer_->exp_avg() : optimizer_->exp_avg_sq()).f32();
+  // Stage 0's Adam state is laid out flat; the others' like the shard.
+  return settings_.zero_stage == 0 ? spans_of(runs, state, nullptr) : spans_of(runs, nullptr, state);
+}
+
+std::vector<FlatSpan> Engine::held_spans(StateKind kind) {
+  const int64_t n = partition_->numel();
+  if (kind == StateKind::Params) {
+    if (flat_store_) return {{0, n, flat_params()}};
+    return saved_spans(kind);
+  }
+  if (settings_.zero_stage == 0) {
+    return {{0, n, (kind == StateKind::ExpAvg ? optimizer_->exp_avg() : optimizer_->exp_avg_sq()).f32()}};
+  }
+  return saved_spans(kind);
+}
+
+}  // namespace strata

@@ -1,0 +1,197 @@
+// Public header of src/parallel: the data-parallel engine with ZeRO stages 0-3 — partition
+// and bucket arithmetic over the model's flat layout, the sharded parameter store of stage 3,
+// and the Engine that runs micro-batches, reduces gradients and steps the optimizer.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/comm.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+namespace strata {
+
+// ---- partition arithmetic (pure) ---------------------------------------------------------
+struct FlatRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t numel() const { return end - begin; }
+};
+
+// A unit of the partition: a range of the flat layout padded to a multiple of the DP size
+// and cut into DP equal pieces; DP rank r owns piece r, [begin + r·piece, begin + (r+1)·piece)
+// clipped to the real elements, stored at `shard_offset` of its shard.
+struct PartitionUnit {
+  int64_t begin = 0;
+  int64_t numel = 0;
+  int64_t padded = 0;
+  int64_t piece = 0;  // padded / dp
+  int64_t shard_offset = 0;
+};
+
+// One run of flat elements a rank owns, and where they sit in its shard.
+struct OwnedRun {
+  int64_t flat_begin = 0;
+  int64_t shard_offset = 0;
+  int64_t count = 0;
+};
+
+// The flat layout split into units (consecutive ranges covering [0, N)). With one unit this is
+// the classic ZeRO layout: N padded to a multiple of DP, rank r owns [r·S, (r+1)·S). With
+// several units (reduction buckets, layer groups) every unit is split that way, so each unit is
+// one equal-block reduce-scatter / all-gather and the shard is the concatenation of the pieces.
+class FlatPartition {
+ public:
+  FlatPartition(const std::vector<FlatRange>& units, int dp_size, int dp_rank);
+  int dp_size() const { return dp_size_; }
+  int dp_rank() const { return dp_rank_; }
+  int64_t numel() const { return numel_; }             // N
+  int64_t shard_numel() const { return shard_numel_; }  // S = Σ piece
+  const std::vector<PartitionUnit>& units() const { return units_; }
+  // Runs of real (non-padding) elements owned by `rank` (default: this rank), in flat order.
+  std::vector<OwnedRun> owned_runs(int rank) const;
+  std::vector<OwnedRun> owned_runs() const { return owned_runs(dp_rank_); }
+
+ private:
+  std::vector<PartitionUnit> units_;
+  int dp_size_ = 1, dp_rank_ = 0;
+  int64_t numel_ = 0, shard_numel_ = 0;
+};
+
+int64_t round_up(int64_t value, int64_t multiple);
+// Reduction buckets: [k·B, (k+1)·B) cut from the front, B = bucket_size rounded up to a multiple
+// of dp_size, so every bucket but the last needs no padding and the padded buckets tile
+// [0, round_up(N, dp)). Returned in flat order; reductions run them last to first (backward
+// produces gradients from the end of the layout to its start).
+std::vector<FlatRange> make_buckets(int64_t numel, int64_t bucket_size, int dp_size);
+// The lowest layer group a range touches: its gradient is complete once backward has released
+// that group (groups are released in descending order).
+int lowest_group(const FlatRange& range, const std::vector<LayerGroup>& groups);
+
+// A piece of one parameter: elements [begin, begin + count) of `spec` flattened, at element
+// `span_offset` of the span it was cut from.
+struct SpecSlice {
+  const ParamSpec* spec = nullptr;
+  int64_t begin = 0;
+  int64_t count = 0;
+  int64_t span_offset = 0;
+};
+// Cuts the flat range [flat_begin, flat_begin + count) along parameter boundaries.
+std::vector<SpecSlice> slices_by_spec(const std::vector<ParamSpec>& specs, int64_t flat_begin, int64_t count);
+
+// ---- scalar collectives ------------------------------------------------------------------
+// Every rank's values (k each, same k everywhere), concatenated in rank order, bit-exact.
+// Doubles travel as raw words so sums formed from them in a fixed order agree on every rank.
+std::vector<double> all_gather_doubles(Comm& comm, const std::vector<double>& values);
+std::vector<float> all_gather_floats(Comm& comm, const std::vector<float>& values);
+
+// ---- engine ------------------------------------------------------------------------------
+struct EngineSettings {
+  int zero_stage = 0;
+  bool overlap_comm = false;
+  int64_t reduce_bucket_size = 500000000;  // elements
+  AdamWSettings adamw;
+  double gradient_clipping = 0.0;  // 0 = off
+};
+
+// Bytes this rank holds persistently; workspace is the transient memory the stage declares
+// (staging for collectives, stage 2's full-size gradient scratch, stage 3's gathered groups).
+struct EngineMemory {
+  int64_t params = 0, grads = 0, optimizer = 0, workspace = 0;
+};
+
+// Seconds since begin_step; comm_wait is time blocked on DP collectives (included in the
+// phase during which it happened).
+struct EngineTimes {
+  double forward = 0, backward = 0, comm_wait = 0, optimizer = 0;
+};
+
+enum class StateKind { Params, ExpAvg, ExpAvgSq };
+// `count` fp32 values of the flat layout starting at flat_begin, held at `data`.
+struct FlatSpan {
+  int64_t flat_begin = 0;
+  int64_t count = 0;
+  float* data = nullptr;
+};
+
+class ShardedParamStore;
+
+// One data-parallel replica group: owns the model (and for stage 3 its sharded store), the
+// gradient reduction and the AdamW step. Every member rank calls the same methods in the same
+// order. `dp` carries the gradient and parameter traffic; `scalars` the few scalar collectives
+// (gradient norm), so that dp's counters hold exactly the ZeRO traffic.
+class Engine {
+ public:
+  Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
+         ActivationRecompute recompute, const EngineSettings& settings);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Gpt& model() { return *model_; }
+  int zero_stage() const { return settings_.zero_stage; }
+  const FlatPartition& partition() const { return *partition_; }
+  void init_weights(uint64_t seed);
+
+  // One optimizer step: begin_step, micro_step per micro-batch (the count given to begin_step),
+  // finish_reduction, apply.
+  void begin_step(int micro_batches);
+  // Forward and backward of one micro-batch (B, T); returns its mean loss. dloss is the weight
+  // of each token's loss in the global objective (1 / tokens of the global batch).
+  float micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss);
+  // Waits for every reduction; afterwards with stage 0 model().grads_flat() is the global gradient.
+  void finish_reduction();
+  // Global gradient norm (before clipping), clipping, AdamW with `lr`, and for stages 1-2 the
+  // all-gather of the updated parameters. Returns the norm.
+  double apply(double lr);
+
+  const EngineTimes& times() const { return times_; }
+  EngineMemory memory() const;
+
+  // Checkpoint state. saved_spans: what this rank writes (disjoint across DP ranks, together
+  // covering [0, N)). held_spans: everything this rank holds and must fill when loading.
+  std::vector<FlatSpan> saved_spans(StateKind kind);
+  std::vector<FlatSpan> held_spans(StateKind kind);
+  int64_t optimizer_steps() const { return optimizer_->steps_taken(); }
+  void set_optimizer_steps(int64_t steps) { optimizer_->set_steps_taken(steps); }
+
+ private:
+  struct Bucket {
+    FlatRange range;
+    size_t unit = 0;  // index into partition units (stages 1-2)
+    int lowest_group = 0;
+  };
+  void on_grad_ready(int group);
+  void issue_reduction(size_t bucket_index);
+  void wait_reductions();
+  std::vector<FlatSpan> spans_of(const std::vector<OwnedRun>& runs, float* flat, float* shard) const;
+  float* flat_params() const;
+  float* flat_grads() const;
+
+  Backend& backend_;
+  Comm& dp_;
+  Comm& scalars_;
+  GptDims dims_;
+  EngineSettings settings_;
+  std::vector<ParamSpec> specs_;
+  std::unique_ptr<FlatPartition> partition_;
+  std::unique_ptr<FlatParamStore> flat_store_;      // stages 0-2
+  std::unique_ptr<ShardedParamStore> sharded_store_;  // stage 3
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<AdamW> optimizer_;
+
+  std::vector<Bucket> buckets_;  // reduction order: last bucket of the layout first
+  std::vector<CommHandle> in_flight_;
+  size_t next_bucket_ = 0;
+  bool reducing_ = false;       // this backward issues reductions
+  bool stage2_pending_ = false;  // stage 2: recv_ holds a micro-batch's reduction to accumulate
+
+  Buffer grad_shard_;    // stage 1: reduced gradient shard; stage 2: accumulated gradient shard
+  Buffer recv_;          // stage 2: one micro-batch's reduce-scatter output
+  Buffer param_shard_;   // stages 1-2: owned parameters in shard layout for the update
+  int micro_batches_ = 1, micro_index_ = 0;
+  EngineTimes times_;
+};
+
+}  // namespace strata

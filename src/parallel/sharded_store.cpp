@@ -1,0 +1,199 @@
+// ZeRO-3 parameter store: layer groups are all-gathered on demand (the next group of the
+// pass is prefetched into the second slot) and their gradients reduce-scattered into the
+// shard accumulator as soon as backward releases them.
+#include "parallel/sharded_store.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace strata {
+
+ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups,
+                                     const FlatPartition& partition, bool overlap, double* comm_wait_seconds)
+    : backend_(backend), dp_(dp), groups_(groups), units_(partition.units()), overlap_(overlap),
+      comm_wait_(comm_wait_seconds), shard_numel_(partition.shard_numel()) {
+  if (units_.size() != groups_.size()) throw std::logic_error("ShardedParamStore: one partition unit per layer group");
+  const size_t shard_bytes = static_cast<size_t>(shard_numel_) * sizeof(float);
+  params_ = backend_.allocate(shard_bytes);
+  grads_ = backend_.allocate(shard_bytes);
+  recv_ = backend_.allocate(shard_bytes);
+  int64_t widest_layer = 0;
+  for (size_t g = 1; g < units_.size(); ++g) widest_layer = std::max(widest_layer, units_[g].padded);
+  auto make_pool = [&](std::vector<Slot>& pool, int count, int64_t elements) {
+    pool.resize(static_cast<size_t>(count));
+    for (Slot& s : pool) s.buffer = backend_.allocate(static_cast<size_t>(elements) * sizeof(float));
+  };
+  make_pool(embed_params_, 1, units_[0].padded);
+  make_pool(embed_grads_, 1, units_[0].padded);
+  make_pool(layer_params_, 2, widest_layer);
+  make_pool(layer_grads_, 2, widest_layer);
+}
+
+ShardedParamStore::~ShardedParamStore() {
+  // Collectives in flight still write into our buffers: let them land before freeing.
+  for (auto* pool : {&embed_params_, &layer_params_, &embed_grads_, &layer_grads_}) {
+    for (Slot& s : *pool) {
+      if (s.pending) s.pending->wait();
+    }
+  }
+}
+
+int64_t ShardedParamStore::workspace_bytes() const {
+  int64_t bytes = static_cast<int64_t>(recv_.bytes());
+  for (const auto* pool : {&embed_params_, &layer_params_, &embed_grads_, &layer_grads_}) {
+    for (const Slot& s : *pool) bytes += static_cast<int64_t>(s.buffer.bytes());
+  }
+  return bytes;
+}
+
+Tensor ShardedParamStore::piece(const Buffer& shard, int group) const {
+  const PartitionUnit& u = units_[static_cast<size_t>(group)];
+  return shard.view(static_cast<size_t>(u.shard_offset) * sizeof(float), DType::F32, {u.piece});
+}
+
+void ShardedParamStore::timed_wait(CommHandle& handle) {
+  const Timer t;
+  handle->wait();
+  handle.reset();
+  *comm_wait_ += t.seconds();
+}
+
+ShardedParamStore::Slot* ShardedParamStore::find_param_slot(int group) {
+  for (Slot& s : is_embedding(group) ? embed_params_ : layer_params_) {
+    if (s.group == group) return &s;
+  }
+  return nullptr;
+}
+
+ShardedParamStore::Slot& ShardedParamStore::free_slot(std::vector<Slot>& pool, int group) {
+  for (Slot& s : pool) {
+    if (!s.in_use && s.group < 0) return s;
+  }
+  // A prefetch nobody claimed (an interrupted pass): let it land and reuse the slot.
+  for (Slot& s : pool) {
+    if (!s.in_use) {
+      if (s.pending) timed_wait(s.pending);
+      s.group = -1;
+      return s;
+    }
+  }
+  throw std::logic_error("ShardedParamStore: no free slot for layer group " + std::to_string(group));
+}
+
+void ShardedParamStore::start_gather(Slot& slot, int group) {
+  const PartitionUnit& u = units_[static_cast<size_t>(group)];
+  slot.group = group;
+  slot.pending = dp_.all_gather_async(piece(params_, group), slot.buffer.view(0, DType::F32, {u.padded}));
+}
+
+int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
+  const int last = static_cast<int>(groups_.size()) - 1;  // ln_f
+  if (pass == Pass::Forward) return group < last ? group + 1 : -1;
+  if (group == 0) return last;
+  return group > 1 ? group - 1 : -1;
+}
+
+float* ShardedParamStore::acquire_params(int group, Pass pass) {
+  Slot* slot = find_param_slot(group);
+  if (!slot) {
+    slot = &free_slot(is_embedding(group) ? embed_params_ : layer_params_, group);
+    start_gather(*slot, group);
+  }
+  if (slot->pending) timed_wait(slot->pending);
+  slot->in_use = true;
+  const int next = next_in_sequence(group, pass);
+  if (next >= 0 && !find_param_slot(next)) {
+    for (Slot& s : is_embedding(next) ? embed_params_ : layer_params_) {
+      if (!s.in_use && s.group < 0) {
+        start_gather(s, next);
+        break;
+      }
+    }
+  }
+  return static_cast<float*>(slot->buffer.data());
+}
+
+void ShardedParamStore::release_params(int group, Pass) {
+  Slot* slot = find_param_slot(group);
+  if (!slot || !slot->in_use) throw std::logic_error("ShardedParamStore: release of a group not acquired");
+  // Not cached: the next use gathers again, which keeps the traffic per pass fixed.
+  slot->in_use = false;
+  slot->group = -1;
+}
+
+void ShardedParamStore::settle_grad_slot(Slot& slot) {
+  if (slot.group < 0) return;
+  if (slot.pending) timed_wait(slot.pending);
+  Tensor acc = piece(grads_, slot.group);
+  backend_.add(acc, acc, piece(recv_, slot.group));
+  slot.group = -1;
+}
+
+float* ShardedParamStore::acquire_grads(int group) {
+  std::vector<Slot>& pool = is_embedding(group) ? embed_grads_ : layer_grads_;
+  Slot* chosen = nullptr;
+  for (Slot& s : pool) {
+    if (!s.in_use && s.group < 0) {
+      chosen = &s;
+      break;
+    }
+  }
+  if (!chosen) {
+    // Settle the oldest reduction: with gradient accumulation the newer one may be a later
+    // micro-batch's, and reductions must land in the order they were issued.
+    for (Slot& s : pool) {
+      if (!s.in_use && (!chosen || s.issued < chosen->issued)) chosen = &s;
+    }
+    if (chosen) settle_grad_slot(*chosen);
+  }
+  if (!chosen) throw std::logic_error("ShardedParamStore: no free gradient slot for layer group " + std::to_string(group));
+  const PartitionUnit& u = units_[static_cast<size_t>(group)];
+  backend_.zero(chosen->buffer.view(0, DType::F32, {u.padded}));
+  chosen->group = group;
+  chosen->in_use = true;
+  return static_cast<float*>(chosen->buffer.data());
+}
+
+void ShardedParamStore::release_grads(int group) {
+  std::vector<Slot>& pool = is_embedding(group) ? embed_grads_ : layer_grads_;
+  // An earlier micro-batch's reduction of this group still owns its landing area: settle it.
+  for (Slot& s : pool) {
+    if (!s.in_use && s.group == group) settle_grad_slot(s);
+  }
+  for (Slot& s : pool) {
+    if (s.in_use && s.group == group) {
+      s.in_use = false;
+      s.issued = ++reductions_issued_;
+      const PartitionUnit& u = units_[static_cast<size_t>(group)];
+      s.pending = dp_.reduce_scatter_async(s.buffer.view(0, DType::F32, {u.padded}), piece(recv_, group), ReduceOp::Sum);
+      if (!overlap_) settle_grad_slot(s);
+      return;
+    }
+  }
+  throw std::logic_error("ShardedParamStore: gradient release of a group not acquired");
+}
+
+void ShardedParamStore::begin_step() {
+  finish_reductions();
+  backend_.zero(grads());
+}
+
+void ShardedParamStore::finish_reductions() {
+  for (auto* pool : {&embed_grads_, &layer_grads_}) {
+    for (Slot& s : *pool) {
+      if (!s.in_use) settle_grad_slot(s);
+    }
+  }
+}
+
+void ShardedParamStore::invalidate_params() {
+  for (auto* pool : {&embed_params_, &layer_params_}) {
+    for (Slot& s : *pool) {
+      if (s.pending) timed_wait(s.pending);
+      s.group = -1;
+      s.in_use = false;
+    }
+  }
+}
+
+}  // namespace strata
