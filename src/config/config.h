@@ -119,18 +119,25 @@ struct ZeroConfig {
   /// Overlap gradient reduction with backward; unset means true for stage 3, false otherwise
   /// (resolve_config fills it in).
   std::optional<bool> overlap_comm;
-  /// Copy gradients into one contiguous buffer as they are produced.
+  /// Copy gradients into one contiguous buffer as they are produced (strata always does;
+  /// false is not supported yet).
   bool contiguous_gradients = true;
-  /// Reduce gradients with reduce-scatter rather than all-reduce (stages 1-2).
+  /// Reduce gradients with reduce-scatter rather than all-reduce (stages 1-2); false is not
+  /// supported yet.
   bool reduce_scatter = true;
   /// Elements per gradient-reduction bucket.
   int64_t reduce_bucket_size = 500000000;
-  /// Elements per parameter all-gather bucket.
-  int64_t allgather_bucket_size = 500000000;
-  /// Stage 3: elements of parameters fetched ahead of use.
-  int64_t stage3_prefetch_bucket_size = 50000000;
-  /// Stage 3: parameters with fewer elements than this stay unpartitioned.
-  int64_t stage3_param_persistence_threshold = 100000;
+  /// Elements per parameter all-gather bucket. strata gathers parameters in the gradient
+  /// reduction buckets, so unset means reduce_bucket_size (resolve_config fills it in) and any
+  /// other value is refused as not supported yet.
+  std::optional<int64_t> allgather_bucket_size;
+  /// Stage 3: elements of parameters fetched ahead of use. strata prefetches exactly the next
+  /// layer group; setting a budget is not supported yet, so this must stay unset.
+  std::optional<int64_t> stage3_prefetch_bucket_size;
+  /// Stage 3: parameters with fewer elements than this stay unpartitioned. strata partitions
+  /// every parameter, so the default is 0 (DeepSpeed's is 1e5) and larger values are not
+  /// supported yet.
+  int64_t stage3_param_persistence_threshold = 0;
   /// Where optimizer state lives.
   OffloadConfig offload_optimizer;
   /// Where stage-3 parameters live.

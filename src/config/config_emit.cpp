@@ -129,8 +129,8 @@ void write_deepspeed_sections(const Config& c, YamlWriter& w) {
   w.key("contiguous_gradients", boolean(z.contiguous_gradients));
   w.key("reduce_scatter", boolean(z.reduce_scatter));
   w.key("reduce_bucket_size", number(z.reduce_bucket_size));
-  w.key("allgather_bucket_size", number(z.allgather_bucket_size));
-  w.key("stage3_prefetch_bucket_size", number(z.stage3_prefetch_bucket_size));
+  if (z.allgather_bucket_size) w.key("allgather_bucket_size", number(*z.allgather_bucket_size));
+  if (z.stage3_prefetch_bucket_size) w.key("stage3_prefetch_bucket_size", number(*z.stage3_prefetch_bucket_size));
   w.key("stage3_param_persistence_threshold", number(z.stage3_param_persistence_threshold));
   write_offload("offload_optimizer", z.offload_optimizer, w);
   write_offload("offload_param", z.offload_param, w);

@@ -72,6 +72,7 @@ class MapReader {
   void read(const std::string& key, std::array<double, 2>& out);
   // An element count written as 5e8 or 500000000: any number with a whole value.
   void read_count(const std::string& key, int64_t& out);
+  void read_count(const std::string& key, std::optional<int64_t>& out);  // null or absent: unset
   // Returns false when the key is present but not one of `names`.
   template <typename E>
   bool read_enum(const std::string& key, E& out, const EnumNames<E>& names, bool ignore_case = false) {

@@ -318,6 +318,14 @@ void MapReader::read_count(const std::string& key, int64_t& out) {
   out = static_cast<int64_t>(v);
 }
 
+void MapReader::read_count(const std::string& key, std::optional<int64_t>& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr || node->IsNull()) return;
+  int64_t value = 0;
+  read_count(key, value);
+  out = value;
+}
+
 bool MapReader::read_choice(const std::string& key, const std::vector<std::string>& spellings, bool ignore_case,
                             int& index) {
   index = -1;

@@ -67,7 +67,9 @@ void resolve_config(Config& cfg, int world_size) {
   d.micro_batch = batch.micro;
   d.grad_accum = batch.accum;
 
-  if (!cfg.zero_optimization.overlap_comm) cfg.zero_optimization.overlap_comm = cfg.zero_optimization.stage == 3;
+  ZeroConfig& zero = cfg.zero_optimization;
+  if (!zero.overlap_comm) zero.overlap_comm = zero.stage == 3;
+  if (!zero.allgather_bucket_size) zero.allgather_bucket_size = zero.reduce_bucket_size;
 
   const ModelConfig& m = cfg.model;
   const int64_t seq_len = m.seq_len;

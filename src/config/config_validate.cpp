@@ -91,8 +91,8 @@ void check_precision(const Config& c, Problems& p) {
 void check_zero(const ZeroConfig& z, Problems& p) {
   p.in_range("zero_optimization.stage", z.stage, 0, 3);
   p.at_least<int64_t>("zero_optimization.reduce_bucket_size", z.reduce_bucket_size, 1);
-  p.at_least<int64_t>("zero_optimization.allgather_bucket_size", z.allgather_bucket_size, 1);
-  p.at_least<int64_t>("zero_optimization.stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 1);
+  if (z.allgather_bucket_size)
+    p.at_least<int64_t>("zero_optimization.allgather_bucket_size", *z.allgather_bucket_size, 1);
   p.at_least<int64_t>("zero_optimization.stage3_param_persistence_threshold", z.stage3_param_persistence_threshold,
                       0);
 }
@@ -201,8 +201,25 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
   if (c.fp16.enabled) p.add("fp16.enabled", "fp16 training is not supported yet");
   if (c.bf16.enabled) p.add("bf16.enabled", "bf16 training is not supported yet (it arrives with the CUDA backend)");
   const ZeroConfig& z = c.zero_optimization;
-  if (z.stage >= 1 && z.stage <= 3)
-    p.add("zero_optimization.stage", fmt::format("ZeRO stage {} is not supported yet; use stage 0", z.stage));
+  if (!z.contiguous_gradients)
+    p.add("zero_optimization.contiguous_gradients",
+          "false is not supported yet: strata always accumulates gradients in contiguous buffers");
+  if (!z.reduce_scatter)
+    p.add("zero_optimization.reduce_scatter",
+          "false (all-reduce at stages 1-2) is not supported yet: strata reduce-scatters at stages 1-3");
+  if (z.allgather_bucket_size && *z.allgather_bucket_size != z.reduce_bucket_size)
+    p.add("zero_optimization.allgather_bucket_size",
+          fmt::format("{} differs from reduce_bucket_size {}: strata gathers parameters in the reduction "
+                      "buckets, so a separate all-gather bucket size is not supported yet; remove the key or "
+                      "set it equal",
+                      *z.allgather_bucket_size, z.reduce_bucket_size));
+  if (z.stage3_prefetch_bucket_size)
+    p.add("zero_optimization.stage3_prefetch_bucket_size",
+          "is not supported yet: strata prefetches the next layer group; remove the key");
+  if (z.stage3_param_persistence_threshold > 0)
+    p.add("zero_optimization.stage3_param_persistence_threshold",
+          fmt::format("{} is not supported yet: strata partitions every parameter at stage 3; use 0",
+                      z.stage3_param_persistence_threshold));
   if (z.offload_optimizer.device != OffloadDevice::None)
     p.add("zero_optimization.offload_optimizer.device",
           fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_optimizer.device)));

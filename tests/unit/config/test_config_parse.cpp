@@ -26,8 +26,9 @@ TEST_CASE("a minimal config gets the documented defaults") {
   CHECK(c.zero_optimization.stage == 0);
   CHECK(c.zero_optimization.overlap_comm == false);  // resolved: stage 0 → false
   CHECK(c.zero_optimization.reduce_bucket_size == 500000000);
-  CHECK(c.zero_optimization.stage3_prefetch_bucket_size == 50000000);
-  CHECK(c.zero_optimization.stage3_param_persistence_threshold == 100000);
+  CHECK(c.zero_optimization.allgather_bucket_size == 500000000);  // resolved: the reduce bucket size
+  CHECK_FALSE(c.zero_optimization.stage3_prefetch_bucket_size.has_value());
+  CHECK(c.zero_optimization.stage3_param_persistence_threshold == 0);
   CHECK(c.zero_optimization.offload_optimizer.device == OffloadDevice::None);
   CHECK(c.gradient_clipping == 0.0);
   CHECK(c.steps_per_print == 10);
@@ -56,11 +57,10 @@ bf16: {enabled: false}
 zero_optimization:
   stage: 0
   overlap_comm: true
-  contiguous_gradients: false
-  reduce_scatter: false
+  contiguous_gradients: true
+  reduce_scatter: true
   reduce_bucket_size: 2e8
-  allgather_bucket_size: 300000000
-  stage3_prefetch_bucket_size: 1.5e7
+  allgather_bucket_size: 200000000
   stage3_param_persistence_threshold: 0
   offload_optimizer: {device: none, pin_memory: true}
   offload_param: {device: none}
@@ -103,11 +103,10 @@ comm: {backend: mpi}
   CHECK(c.fp16.consecutive_hysteresis);
   CHECK(c.fp16.min_loss_scale == 0.5);
   CHECK(c.zero_optimization.overlap_comm == true);
-  CHECK_FALSE(c.zero_optimization.contiguous_gradients);
-  CHECK_FALSE(c.zero_optimization.reduce_scatter);
+  CHECK(c.zero_optimization.contiguous_gradients);
+  CHECK(c.zero_optimization.reduce_scatter);
   CHECK(c.zero_optimization.reduce_bucket_size == 200000000);
-  CHECK(c.zero_optimization.allgather_bucket_size == 300000000);
-  CHECK(c.zero_optimization.stage3_prefetch_bucket_size == 15000000);
+  CHECK(c.zero_optimization.allgather_bucket_size == 200000000);
   CHECK(c.zero_optimization.stage3_param_persistence_threshold == 0);
   CHECK(c.zero_optimization.offload_optimizer.pin_memory);
   CHECK(c.gradient_clipping == 0.5);
@@ -156,7 +155,7 @@ scheduler: {type: WarmupDecayLR, params: {warmup_max_lr: 5e-4, warmup_num_steps:
   CHECK(c.scheduler.params.warmup_max_lr == 5e-4);
 }
 
-TEST_CASE("optimizer type is case-insensitive; resolve fills overlap_comm below stage 3 with false") {
+TEST_CASE("optimizer type is case-insensitive, resolve fills overlap_comm below stage 3 with false") {
   CHECK(load(std::string(kTinyConfig) + "optimizer: {type: ADAMW}\n").optimizer.type == OptimizerType::AdamW);
   CHECK(load(std::string(kTinyConfig) + "optimizer: {type: adam}\n").optimizer.type == OptimizerType::Adam);
   // A config built in code (not parsed) resolves the same way.
@@ -237,7 +236,7 @@ TEST_CASE("vocabulary is padded up to a multiple of 128") {
   CHECK(load(kTinyConfig, {"model.vocab_size=1"}).derived.padded_vocab == 128);
 }
 
-TEST_CASE("batch keys: any two determine the third; one alone follows DeepSpeed") {
+TEST_CASE("batch keys: any two determine the third, one alone follows DeepSpeed") {
   const std::string model = "model: {n_layer: 2, n_head: 2, d_model: 64, vocab_size: 256, seq_len: 32}\n";
   struct Case {
     const char* keys;
@@ -301,7 +300,7 @@ comm: {backend: mpi}
   CHECK(again.zero_optimization.overlap_comm == false);
   CHECK(again.derived.n_params == original.derived.n_params);
   // Every key is written out, including defaults the input never mentioned.
-  CHECK(text.find("stage3_param_persistence_threshold: 100000") != std::string::npos);
+  CHECK(text.find("stage3_param_persistence_threshold: 0") != std::string::npos);
   CHECK(text.find("number_checkpoints: null") != std::string::npos);
   CHECK(text.find("derived") == std::string::npos);
 }
