@@ -34,7 +34,7 @@ std::string mpi_error_string(int code);
     cublasStatus_t strata_cublas_rc_ = (call);                                                     \
     if (strata_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                \
       ::strata::fail_call("cuBLAS", #call, static_cast<long>(strata_cublas_rc_),                   \
-                          cublasGetStatusString(strata_cublas_rc_), __FILE__, __LINE__);           \
+                          cublasLtGetStatusString(strata_cublas_rc_), __FILE__, __LINE__);           \
   } while (0)
 
 #define NCCL_CHECK(call)                                                                           \

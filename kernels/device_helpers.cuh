@@ -1,0 +1,164 @@
+// Device-side helpers shared by the kernel .cu files: fp32 load/store of every element type,
+// 16-byte packs, fixed-order warp/block reductions, dtype dispatch and the two-pass column
+// reduction. Device code: include from .cu files only (the public .cuh files stay host-safe).
+#pragma once
+#ifndef __CUDACC__
+#error "device_helpers.cuh contains device code; include it from .cu files only"
+#endif
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernel_types.cuh"
+
+namespace strata::cuda::detail {
+
+// ---- element conversions (round to nearest even on store) ----
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Run-time typed access for small tensors whose dtype varies independently of the hot data
+// (gradient accumulators, saved statistics); the branch is uniform across the grid.
+__device__ __forceinline__ float load_any(const void* p, ElemType type, int64_t i) {
+  switch (type) {
+    case ElemType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case ElemType::F16: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+__device__ __forceinline__ void store_any(void* p, ElemType type, int64_t i, float v) {
+  switch (type) {
+    case ElemType::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case ElemType::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
+// 16 bytes of T, loaded and stored with one vector instruction.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+};
+
+// ---- fixed-order reductions (no atomics, so results are reproducible) ----
+template <typename V>
+__device__ __forceinline__ V warp_sum(V v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over a block of kThreads (a multiple of 32, ≤ 1024); every thread gets the result.
+// `scratch` holds at least 32 values and is reusable after the call returns.
+template <int kThreads, typename V>
+__device__ V block_sum(V v, V* scratch) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  V total = lane < kWarps ? scratch[lane] : V(0);
+  total = warp_sum(total);
+  __syncthreads();
+  return total;
+}
+
+// ---- dtype dispatch ----
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls fn(TypeTag<T>{}) with T the C++ type of `type`.
+template <typename Fn>
+auto dispatch_float(ElemType type, Fn&& fn) {
+  switch (type) {
+    case ElemType::BF16: return fn(TypeTag<__nv_bfloat16>{});
+    case ElemType::F16: return fn(TypeTag<__half>{});
+    default: return fn(TypeTag<float>{});
+  }
+}
+
+// ---- two-pass deterministic column reduction ----
+// Pass 1: block (col tile, chunk) of kColumnTile × kColumnRowLanes threads accumulates, in
+// double, `Term::kOutputs` sums per column over its chunk of rows; lanes are combined in a
+// fixed order and written to partials[(o · chunks + chunk) · cols + col].
+template <typename Term>
+__global__ void column_partials_kernel(Term term, int64_t rows, int64_t cols, int64_t rows_per_chunk,
+                                       double* partials) {
+  constexpr int kOut = Term::kOutputs;
+  __shared__ double lanes[kColumnRowLanes][kColumnTile][kOut];
+  const int64_t col = blockIdx.x * static_cast<int64_t>(kColumnTile) + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  const int64_t row_begin = chunk * rows_per_chunk;
+  const int64_t row_end = min(rows, row_begin + rows_per_chunk);
+  double acc[kOut];
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) acc[o] = 0.0;
+  if (col < cols) {
+    for (int64_t r = row_begin + threadIdx.y; r < row_end; r += kColumnRowLanes) term(r, col, acc);
+  }
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) lanes[threadIdx.y][threadIdx.x][o] = acc[o];
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    const int64_t chunks = gridDim.y;
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+      double sum = 0.0;
+      for (int lane = 0; lane < kColumnRowLanes; ++lane) sum += lanes[lane][threadIdx.x][o];
+      partials[(o * chunks + chunk) * cols + col] = sum;
+    }
+  }
+}
+
+// Pass 2: out_o[col] = float(out_o[col] + Σ_chunks partials), chunks in order, one rounding
+// (the CPU backend's add_column_sums does the same).
+template <int kOut>
+__global__ void column_finish_kernel(const double* partials, int64_t chunks, int64_t cols, void* out0,
+                                     void* out1, ElemType out0_type, ElemType out1_type) {
+  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (col >= cols) return;
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+    double sum = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) sum += partials[(o * chunks + c) * cols + col];
+    void* out = o == 0 ? out0 : out1;
+    const ElemType type = o == 0 ? out0_type : out1_type;
+    if (out) store_any(out, type, col, static_cast<float>(static_cast<double>(load_any(out, type, col)) + sum));
+  }
+}
+
+// Launches both passes for `term` over a (rows, cols) problem; partials must hold
+// column_reduce_workspace_bytes(rows, cols, Term::kOutputs).
+template <typename Term>
+cudaError_t launch_column_reduce(const Term& term, int64_t rows, int64_t cols, double* partials, void* out0,
+                                 ElemType out0_type, void* out1, ElemType out1_type, cudaStream_t stream) {
+  if (cols <= 0) return cudaSuccess;
+  const ColumnReduceShape shape = column_reduce_shape(rows, cols);
+  const dim3 block(kColumnTile, kColumnRowLanes);
+  const dim3 grid(static_cast<unsigned>(shape.col_tiles), static_cast<unsigned>(shape.chunks));
+  column_partials_kernel<<<grid, block, 0, stream>>>(term, rows, cols, shape.rows_per_chunk, partials);
+  const int64_t blocks = ceil_div(cols, 256);
+  column_finish_kernel<Term::kOutputs><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      partials, shape.chunks, cols, out0, out1, out0_type, out1_type);
+  return cudaGetLastError();
+}
+
+}  // namespace strata::cuda::detail

@@ -1,0 +1,161 @@
+// Embedding kernels. Forward: one block per token row, 16-byte packs when rows are aligned.
+// Backward: dwpe by one thread per (t, c) summing the batch in order; dwte by sorting
+// (id, position) pairs stably and letting the block at each run's start own that row.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "device_helpers.cuh"
+#include "embedding.cuh"
+
+namespace strata::cuda {
+namespace {
+
+using detail::from_float;
+using detail::Pack;
+using detail::to_float;
+
+constexpr int kRowThreads = 128;
+
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t seq,
+                                         int64_t channels, int64_t vocab, bool packed, int* bad_row) {
+  const int64_t row = blockIdx.x;
+  const int32_t id = tokens[row];
+  if (id < 0 || id >= vocab) {
+    if (threadIdx.x == 0) atomicMin(bad_row, static_cast<int>(row));
+    return;
+  }
+  const int64_t t = row % seq;
+  const T* e = wte + id * channels;
+  const T* p = wpe + t * channels;
+  T* o = out + row * channels;
+  if (packed) {
+    using P = Pack<T>;
+    for (int64_t k = threadIdx.x; k < channels / P::kSize; k += kRowThreads) {
+      const P a = reinterpret_cast<const P*>(e)[k], b = reinterpret_cast<const P*>(p)[k];
+      P y;
+#pragma unroll
+      for (int i = 0; i < P::kSize; ++i) y.v[i] = from_float<T>(__fadd_rn(to_float(a.v[i]), to_float(b.v[i])));
+      reinterpret_cast<P*>(o)[k] = y;
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < channels; c += kRowThreads) {
+      o[c] = from_float<T>(__fadd_rn(to_float(e[c]), to_float(p[c])));
+    }
+  }
+}
+
+// keys = id (or vocab for a bad id), values = position: the sort's input.
+__global__ void sort_input_kernel(const int32_t* tokens, int64_t n, int64_t vocab, uint32_t* keys, int32_t* positions) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t id = tokens[i];
+  keys[i] = (id >= 0 && id < vocab) ? static_cast<uint32_t>(id) : static_cast<uint32_t>(vocab);
+  positions[i] = static_cast<int32_t>(i);
+}
+
+// dwpe[t, c] += Σ_b dout[b, t, c], b in order (the CPU backend's order).
+template <typename T>
+__global__ void dwpe_kernel(void* dwpe, ElemType dwpe_type, const T* dout, int64_t batch, int64_t seq,
+                            int64_t channels) {
+  const int64_t n = seq * channels;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float acc = detail::load_any(dwpe, dwpe_type, i);
+    for (int64_t b = 0; b < batch; ++b) acc = __fadd_rn(acc, to_float(dout[b * n + i]));
+    detail::store_any(dwpe, dwpe_type, i, acc);
+  }
+}
+
+// Block j handles the run of equal keys starting at sorted index j (other blocks exit).
+template <typename T>
+__global__ void dwte_kernel(void* dwte, ElemType dwte_type, const T* dout, const uint32_t* keys,
+                            const int32_t* positions, int64_t n, int64_t channels, int64_t vocab) {
+  const int64_t j = blockIdx.x;
+  const uint32_t key = keys[j];
+  if (key >= vocab || (j > 0 && keys[j - 1] == key)) return;
+  int64_t end = j + 1;
+  while (end < n && keys[end] == key) ++end;
+  const int64_t row = static_cast<int64_t>(key) * channels;
+  for (int64_t c = threadIdx.x; c < channels; c += kRowThreads) {
+    float acc = detail::load_any(dwte, dwte_type, row + c);
+    for (int64_t k = j; k < end; ++k) acc = __fadd_rn(acc, to_float(dout[positions[k] * channels + c]));
+    detail::store_any(dwte, dwte_type, row + c, acc);
+  }
+}
+
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+struct SortLayout {
+  size_t keys_in, keys_out, vals_in, vals_out, temp, temp_bytes, total;
+};
+
+SortLayout sort_layout(int64_t n, int64_t vocab) {
+  SortLayout l{};
+  const size_t words = align256(static_cast<size_t>(n) * 4);
+  l.keys_in = 0;
+  l.keys_out = words;
+  l.vals_in = 2 * words;
+  l.vals_out = 3 * words;
+  l.temp = 4 * words;
+  cub::DeviceRadixSort::SortPairs(nullptr, l.temp_bytes, static_cast<const uint32_t*>(nullptr),
+                                  static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                  static_cast<int32_t*>(nullptr), static_cast<int>(n), 0,
+                                  embedding_sort_bits(vocab));
+  l.total = l.temp + align256(l.temp_bytes);
+  return l;
+}
+
+}  // namespace
+
+cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, ElemType type,
+                              int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int* bad_row,
+                              cudaStream_t stream) {
+  const int64_t rows = batch * seq;
+  if (rows <= 0 || channels <= 0) return cudaSuccess;
+  const bool packed = aligned16(out) && aligned16(wte) && aligned16(wpe) &&
+                      channels % pack_width(type) == 0;
+  return detail::dispatch_float(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    embedding_forward_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+        static_cast<T*>(out), tokens, static_cast<const T*>(wte), static_cast<const T*>(wpe), seq, channels, vocab,
+        packed, bad_row);
+    return cudaGetLastError();
+  });
+}
+
+size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
+  return sort_layout(tokens, vocab).total;
+}
+
+cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemType dwpe_type, const void* dout,
+                               ElemType dout_type, const int32_t* tokens, int64_t batch, int64_t seq,
+                               int64_t channels, int64_t vocab, void* workspace, size_t workspace_bytes,
+                               cudaStream_t stream) {
+  const int64_t n = batch * seq;
+  if (n <= 0 || channels <= 0) return cudaSuccess;
+  const SortLayout l = sort_layout(n, vocab);
+  if (workspace_bytes < l.total) return cudaErrorInvalidValue;
+  char* base = static_cast<char*>(workspace);
+  auto* keys_in = reinterpret_cast<uint32_t*>(base + l.keys_in);
+  auto* keys_out = reinterpret_cast<uint32_t*>(base + l.keys_out);
+  auto* vals_in = reinterpret_cast<int32_t*>(base + l.vals_in);
+  auto* vals_out = reinterpret_cast<int32_t*>(base + l.vals_out);
+  sort_input_kernel<<<static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream>>>(tokens, n, vocab, keys_in, vals_in);
+  cudaError_t rc = cudaGetLastError();
+  if (rc != cudaSuccess) return rc;
+  size_t temp_bytes = l.temp_bytes;
+  rc = cub::DeviceRadixSort::SortPairs(base + l.temp, temp_bytes, keys_in, keys_out, vals_in, vals_out,
+                                       static_cast<int>(n), 0, embedding_sort_bits(vocab), stream);
+  if (rc != cudaSuccess) return rc;
+  return detail::dispatch_float(dout_type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* g = static_cast<const T*>(dout);
+    dwpe_kernel<T><<<static_cast<unsigned>(elementwise_blocks(seq * channels)), kElementwiseThreads, 0, stream>>>(
+        dwpe, dwpe_type, g, batch, seq, channels);
+    dwte_kernel<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dwte, dwte_type, g, keys_out, vals_out, n,
+                                                                       channels, vocab);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace strata::cuda

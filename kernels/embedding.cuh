@@ -1,0 +1,37 @@
+// Launchers for the token + position embedding forward and its deterministic backward: the
+// backward groups positions by token id with a stable radix sort, then one block owns each
+// vocabulary row and adds that row's gradients in position order (no float atomics).
+#pragma once
+#include <cstdint>
+
+#include "kernel_types.cuh"
+
+namespace strata::cuda {
+
+// Value of the device flag meaning "every id was in range" (the host memsets it with 0x7f).
+constexpr int kNoBadRow = 0x7f7f7f7f;
+
+// Bits the radix sort must look at for ids in [0, vocab] (vocab itself marks bad ids).
+inline int embedding_sort_bits(int64_t vocab) {
+  int bits = 1;
+  while ((int64_t{1} << bits) <= vocab) ++bits;
+  return bits;
+}
+
+// out (B·T, C) = wte[tokens] + wpe[t]; out, wte, wpe share `type`. A row whose id is outside
+// [0, V) is left unwritten and *bad_row is lowered to that row (atomicMin on an int).
+cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, ElemType type,
+                              int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int* bad_row,
+                              cudaStream_t stream);
+
+// Scratch the backward needs for batch·seq tokens (sort buffers and CUB's temporary storage).
+size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
+
+// dwte (V, C) and dwpe (≥T, C) accumulate dout (B·T, C) in position order; out-of-range ids
+// are skipped (embedding_forward reports them). dout has `dout_type`; the gradients their own.
+cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemType dwpe_type, const void* dout,
+                               ElemType dout_type, const int32_t* tokens, int64_t batch, int64_t seq,
+                               int64_t channels, int64_t vocab, void* workspace, size_t workspace_bytes,
+                               cudaStream_t stream);
+
+}  // namespace strata::cuda

@@ -1,0 +1,99 @@
+// cuBLASLt GEMMs for the CUDA backend: the Backend's row-major matmul (with transposes, bias and
+// accumulate, plus an optional GELU epilogue) mapped onto cuBLASLt's column-major API, with one
+// plan (matmul descriptor, layouts, heuristic algorithm) cached per problem key and one workspace.
+#pragma once
+#ifdef STRATA_HAVE_CUDA
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include "core/tensor.h"
+#include "kernel_types.cuh"
+
+namespace strata::cuda {
+
+enum class GemmEpilogue : uint8_t {
+  None,
+  Bias,         // out = a·b + bias
+  GeluBias,     // out = gelu(a·b + bias), the pre-activation also written to `pre_gelu`
+};
+
+// A row-major request: out (m, n) = op(a) (m, k) · op(b) (k, n) [+ bias (n)].
+struct GemmProblem {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  bool accumulate = false;  // out += …
+  ElemType ab_type = ElemType::F32;
+  ElemType out_type = ElemType::F32;
+  GemmEpilogue epilogue = GemmEpilogue::None;
+};
+
+// The same product as cuBLASLt sees it: column-major D (rows n, cols m) = op(A) · op(B) with
+// A = the caller's b and B = the caller's a (row-major X is column-major Xᵀ).
+struct ColumnMajorGemm {
+  bool trans_first = false, trans_second = false;
+  uint64_t first_rows = 0, first_cols = 0;    // A as stored
+  int64_t first_ld = 0;
+  uint64_t second_rows = 0, second_cols = 0;  // B as stored
+  int64_t second_ld = 0;
+  uint64_t m = 0, n = 0, k = 0;               // D is m × n, ld m
+};
+ColumnMajorGemm column_major_view(const GemmProblem& p);
+
+// Checks the Backend::matmul arguments (shapes, dtypes: a and b share F32/BF16/F16, out is
+// theirs or F32, bias is out's dtype) and returns the problem; throws std::invalid_argument.
+GemmProblem make_gemm_problem(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
+                              const Tensor& bias, bool trans_a, bool trans_b, bool accumulate);
+
+// Cache key of a plan: the problem, the compute mode and each pointer's alignment class
+// (cuBLASLt picks kernels by alignment, up to 16 bytes).
+struct GemmKey {
+  GemmProblem problem;
+  bool tf32 = false;
+  uint8_t align_a = 0, align_b = 0, align_out = 0, align_bias = 0;
+  bool operator==(const GemmKey& o) const;
+};
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& key) const;
+};
+// Largest power of two ≤ 16 dividing the address (16 for null).
+uint8_t alignment_class(const void* p);
+
+struct GemmPointers {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* out = nullptr;
+  const void* bias = nullptr;
+  void* pre_gelu = nullptr;  // GeluBias only: (m, n) in out's dtype
+};
+
+class GemmRunner {
+ public:
+  GemmRunner(cudaStream_t stream, size_t workspace_bytes);
+  ~GemmRunner();
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  // Enqueues the product on the stream; k == 0 is handled by the caller.
+  void run(const GemmProblem& problem, const GemmPointers& ptrs);
+  void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
+  size_t cached_plans() const { return plans_.size(); }
+
+ private:
+  struct Plan;
+  Plan& plan_for(const GemmKey& key, const GemmPointers& ptrs);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  bool allow_tf32_ = false;
+  std::unordered_map<GemmKey, std::unique_ptr<Plan>, GemmKeyHash> plans_;
+};
+
+}  // namespace strata::cuda
+#endif  // STRATA_HAVE_CUDA

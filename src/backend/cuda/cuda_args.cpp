@@ -1,0 +1,86 @@
+// Argument checks and scalar derivations for the CUDA backend (see cuda_args.h).
+#ifdef STRATA_HAVE_CUDA
+#include "backend/cuda/cuda_args.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "attention.cuh"
+
+namespace strata::cuda {
+
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+int64_t cols_of(const Tensor& t) { return t.ndim == 0 ? 1 : t.dim(-1); }
+int64_t rows_of(const Tensor& t) {
+  const int64_t cols = cols_of(t);
+  return cols == 0 ? 0 : t.numel() / cols;
+}
+
+void require_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->defined()) require(t->device == Device::CUDA, op, "a tensor is not in CUDA device memory");
+  }
+}
+
+ElemType elem_type_of(const Tensor& t, const char* op, const char* what) {
+  switch (t.dtype) {
+    case DType::F32: return ElemType::F32;
+    case DType::BF16: return ElemType::BF16;
+    case DType::F16: return ElemType::F16;
+    default:
+      throw std::invalid_argument(std::string(op) + ": " + what + " must be a float tensor, got " +
+                                  dtype_name(t.dtype));
+  }
+}
+
+ElemType common_elem_type(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = *tensors.begin();
+  const ElemType type = elem_type_of(*first, op, "tensor");
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    require(t->dtype == first->dtype, op,
+            std::string("the CUDA backend needs these tensors to share one dtype, got ") + dtype_name(first->dtype) +
+                " and " + dtype_name(t->dtype));
+  }
+  return type;
+}
+
+float* f32_or_null(const Tensor& t, const char* op, const char* what) {
+  if (!t.defined()) return nullptr;
+  require(t.dtype == DType::F32, op, std::string(what) + " must be F32 on the CUDA backend, got " + dtype_name(t.dtype));
+  return t.as<float>();
+}
+
+AdamWScalars adamw_scalars(const AdamWArgs& args) {
+  // Same double → float roundings as CpuBackend::adamw_update (torch derives them in Python).
+  AdamWScalars s;
+  s.decay = static_cast<float>(1.0 - args.lr * args.weight_decay);
+  s.l2 = static_cast<float>(args.weight_decay);
+  s.beta1 = static_cast<float>(args.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - args.beta1);
+  s.beta2 = static_cast<float>(args.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - args.beta2);
+  s.step_size = static_cast<float>(args.lr / args.bias_correction1);
+  s.bc2_sqrt = static_cast<float>(std::sqrt(args.bias_correction2));
+  s.eps = static_cast<float>(args.eps);
+  s.grad_scale = static_cast<float>(args.grad_scale);
+  s.decoupled = args.decoupled;
+  return s;
+}
+
+AttentionShape attention_shape(const char* op, const Tensor& qkv, int n_head) {
+  require(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, op, "qkv must be (B, T, 3C), got " + qkv.shape_string());
+  const int64_t c = qkv.dim(2) / 3;
+  require(n_head > 0 && c % n_head == 0, op,
+          std::to_string(c) + " channels do not split into " + std::to_string(n_head) + " heads");
+  const int64_t head_dim = c / n_head;
+  require(attention_head_dim_supported(head_dim), op,
+          "head_dim " + std::to_string(head_dim) + " is not supported by the CUDA kernels (a multiple of 16 up to 128)");
+  return {qkv.dim(0), qkv.dim(1), c, n_head, head_dim};
+}
+
+}  // namespace strata::cuda
+#endif  // STRATA_HAVE_CUDA

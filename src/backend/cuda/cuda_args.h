@@ -1,0 +1,38 @@
+// Pure helpers of the CUDA backend: tensor checks, dtype mapping and host-side scalar
+// derivations. No CUDA calls happen here, so all of it is unit-tested on machines without a GPU.
+#pragma once
+#ifdef STRATA_HAVE_CUDA
+#include <initializer_list>
+#include <string>
+
+#include "adamw.cuh"
+#include "backend/backend.h"
+#include "kernel_types.cuh"
+
+namespace strata::cuda {
+
+// Throws std::invalid_argument "<op>: <what>" unless ok (programming errors, as in backend.h).
+void require(bool ok, const char* op, const std::string& what);
+// A tensor read as a matrix: (numel / last dim, last dim).
+int64_t rows_of(const Tensor& t);
+int64_t cols_of(const Tensor& t);
+// Every defined tensor lives in device memory.
+void require_device(const char* op, std::initializer_list<const Tensor*> tensors);
+// The kernels' element type for a float dtype; throws for integer dtypes.
+ElemType elem_type_of(const Tensor& t, const char* op, const char* what);
+// Every defined tensor has the dtype of the first; returns its element type.
+ElemType common_elem_type(const char* op, std::initializer_list<const Tensor*> tensors);
+// The F32 tensor's data, or nullptr when undefined; throws when defined with another dtype.
+float* f32_or_null(const Tensor& t, const char* op, const char* what);
+
+// The fp32 scalars of an AdamW step, rounded exactly as the CPU backend rounds them.
+AdamWScalars adamw_scalars(const AdamWArgs& args);
+
+// (B, T, C, n_head, head_dim) of an attention call, checked; qkv must be (B, T, 3C).
+struct AttentionShape {
+  int64_t batch, seq, channels, heads, head_dim;
+};
+AttentionShape attention_shape(const char* op, const Tensor& qkv, int n_head);
+
+}  // namespace strata::cuda
+#endif  // STRATA_HAVE_CUDA

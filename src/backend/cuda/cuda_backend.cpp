@@ -1,0 +1,268 @@
+// CUDA backend, part 1: device setup, memory, whole-tensor ops, elementwise layers, embeddings
+// and AdamW. Part 2 (cuda_layers.cpp) holds the GEMM-shaped layers. Every op enqueues on the
+// backend's one stream; the host waits only where a value or a user error must come back.
+#ifdef STRATA_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "adamw.cuh"
+#include "backend/cuda/cublaslt_gemm.h"
+#include "backend/cuda/cuda_args.h"
+#include "backend/cuda/device_memory.h"
+#include "elementwise.cuh"
+#include "embedding.cuh"
+#include "reduce.cuh"
+
+namespace strata {
+namespace cuda {
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
+
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+[[noreturn]] void throw_token_error(int64_t id, int64_t row, int64_t seq, int64_t vocab) {
+  throw UserError("token id " + std::to_string(id) + " at batch row " + std::to_string(row / seq) + ", position " +
+                  std::to_string(row % seq) + " is outside the embedding table [0, " + std::to_string(vocab) +
+                  "): the data was encoded with a larger vocabulary than model.vocab_size");
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess || count == 0) {
+    const std::string why = rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found";
+    cudaGetLastError();
+    throw UserError("device: cuda needs a usable NVIDIA GPU, but CUDA reports: " + why +
+                    "; set device: cpu or run on a machine with a GPU and driver");
+  }
+  if (device_index < 0 || device_index >= count) {
+    throw UserError("CUDA device " + std::to_string(device_index) + " does not exist: this machine shows " +
+                    std::to_string(count) + " GPU(s) (check CUDA_VISIBLE_DEVICES and the ranks per node)");
+  }
+  CUDA_CHECK(cudaSetDevice(device_index));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+  device_name_ = prop.name;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<GemmRunner>(stream_, kGemmWorkspaceBytes);
+  bad_row_device_ = static_cast<int*>(device_alloc(256));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&bad_row_host_), sizeof(int)));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&result_host_), sizeof(double)));
+}
+
+CudaBackend::~CudaBackend() {
+  // No checks here: a destructor must not abort the job while it is unwinding from an error.
+  if (stream_) cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  device_free(scratch_);
+  device_free(bad_row_device_);
+  if (bad_row_host_) cudaFreeHost(bad_row_host_);
+  if (result_host_) cudaFreeHost(result_host_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return "cuda:" + std::to_string(device_index_) + " (" + device_name_ + ")"; }
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::set_allow_tf32(bool allow) { gemm_->set_allow_tf32(allow); }
+
+size_t CudaBackend::gemm_plans_cached() const { return gemm_->cached_plans(); }
+
+MemoryStats CudaBackend::memory_stats() const {
+  MemoryStats stats;
+  const DeviceMemoryCounters counters = device_memory_counters();
+  stats.allocated_bytes = counters.allocated_bytes;
+  stats.peak_allocated_bytes = counters.peak_allocated_bytes;
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  stats.device_used_bytes = total_bytes - free_bytes;
+  stats.device_total_bytes = total_bytes;
+  return stats;
+}
+
+void* CudaBackend::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier ops may still read the old scratch
+    device_free(scratch_);
+    scratch_ = nullptr;
+    const size_t grown = std::max(bytes, scratch_bytes_ + scratch_bytes_ / 2);
+    scratch_bytes_ = (grown + (size_t{1} << 20) - 1) >> 20 << 20;
+    scratch_ = device_alloc(scratch_bytes_);
+  }
+  return scratch_;
+}
+
+void CudaBackend::reset_bad_row() {
+  CUDA_CHECK(cudaMemsetAsync(bad_row_device_, 0x7f, sizeof(int), stream_));  // kNoBadRow
+}
+
+int64_t CudaBackend::bad_row_after() {
+  CUDA_CHECK(cudaMemcpyAsync(bad_row_host_, bad_row_device_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *bad_row_host_ == kNoBadRow ? -1 : *bad_row_host_;
+}
+
+Buffer CudaBackend::allocate(size_t bytes) {
+  void* p = device_alloc(bytes);
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  return Buffer(p, bytes, Device::CUDA, &device_free);
+}
+
+void CudaBackend::copy(Tensor src, Tensor dst) {
+  require(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy",
+          "src " + src.shape_string() + " " + dtype_name(src.dtype) + " vs dst " + dst.shape_string() + " " +
+              dtype_name(dst.dtype));
+  if (src.data == dst.data || src.bytes() == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream_));
+  // The caller may reuse or read host memory as soon as we return.
+  if (src.device == Device::CPU || dst.device == Device::CPU) CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::cast(Tensor src, Tensor dst) {
+  require_device("cast", {&src, &dst});
+  require(src.numel() == dst.numel(), "cast", "src " + src.shape_string() + " vs dst " + dst.shape_string());
+  CUDA_CHECK(cuda::cast(src.data, elem_type_of(src, "cast", "src"), dst.data, elem_type_of(dst, "cast", "dst"),
+                        src.numel(), stream_));
+}
+
+void CudaBackend::zero(Tensor t) {
+  require_device("zero", {&t});
+  if (t.bytes() > 0) CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+}
+
+void CudaBackend::fill(Tensor t, float value) {
+  require_device("fill", {&t});
+  CUDA_CHECK(cuda::fill(t.data, elem_type_of(t, "fill", "t"), t.numel(), value, stream_));
+}
+
+void CudaBackend::scale(Tensor t, float factor) {
+  require_device("scale", {&t});
+  CUDA_CHECK(cuda::scale(t.data, elem_type_of(t, "scale", "t"), t.numel(), factor, stream_));
+}
+
+double CudaBackend::sum_squares(Tensor t) {
+  require_device("sum_squares", {&t});
+  const ElemType type = elem_type_of(t, "sum_squares", "t");
+  const size_t partial_bytes = align256(sum_squares_workspace_bytes(t.numel()));
+  char* base = static_cast<char*>(scratch(partial_bytes + sizeof(double)));
+  auto* partials = reinterpret_cast<double*>(base);
+  auto* result = reinterpret_cast<double*>(base + partial_bytes);
+  CUDA_CHECK(cuda::sum_squares(t.data, type, t.numel(), partials, result, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(result_host_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *result_host_;
+}
+
+void CudaBackend::add(Tensor out, Tensor a, Tensor b) {
+  require_device("add", {&out, &a, &b});
+  require(out.numel() == a.numel() && out.numel() == b.numel(), "add",
+          out.shape_string() + " = " + a.shape_string() + " + " + b.shape_string());
+  const ElemType type = common_elem_type("add", {&out, &a, &b});
+  CUDA_CHECK(cuda::add(out.data, a.data, b.data, type, out.numel(), stream_));
+}
+
+void CudaBackend::gelu_forward(Tensor out, Tensor inp) {
+  require_device("gelu_forward", {&out, &inp});
+  require(out.numel() == inp.numel(), "gelu_forward", out.shape_string() + " vs " + inp.shape_string());
+  const ElemType type = common_elem_type("gelu_forward", {&out, &inp});
+  CUDA_CHECK(cuda::gelu_forward(out.data, inp.data, type, out.numel(), stream_));
+}
+
+void CudaBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+  require_device("gelu_backward", {&dinp, &dout, &inp});
+  require(dinp.numel() == inp.numel() && dout.numel() == inp.numel(), "gelu_backward",
+          dinp.shape_string() + ", " + dout.shape_string() + ", " + inp.shape_string());
+  const ElemType type = common_elem_type("gelu_backward", {&dinp, &dout, &inp});
+  CUDA_CHECK(cuda::gelu_backward(dinp.data, dout.data, inp.data, type, inp.numel(), stream_));
+}
+
+void CudaBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+  const char* op = "embedding_forward";
+  require_device(op, {&out, &wte, &wpe});
+  require(tokens.dtype == DType::I32 && tokens.ndim == 2, op, "tokens must be I32 (B, T), got " + tokens.shape_string());
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = cols_of(wte), V = rows_of(wte);
+  require(cols_of(out) == C && rows_of(out) == B * T, op,
+          "out " + out.shape_string() + " for tokens " + tokens.shape_string() + " and wte " + wte.shape_string());
+  require(cols_of(wpe) == C && rows_of(wpe) >= T, op, "wpe " + wpe.shape_string() + " too small for T=" + std::to_string(T));
+  const ElemType type = common_elem_type(op, {&out, &wte, &wpe});
+  const int32_t* ids = tokens.as<int32_t>();
+  if (tokens.device == Device::CPU) {
+    for (int64_t i = 0; i < B * T; ++i)
+      if (ids[i] < 0 || ids[i] >= V) throw_token_error(ids[i], i, T, V);
+    auto* staged = static_cast<int32_t*>(scratch(tokens.bytes()));
+    CUDA_CHECK(cudaMemcpyAsync(staged, ids, tokens.bytes(), cudaMemcpyHostToDevice, stream_));
+    ids = staged;
+  }
+  reset_bad_row();
+  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte.data, wpe.data, type, B, T, C, V, bad_row_device_, stream_));
+  if (tokens.device == Device::CUDA) {
+    const int64_t row = bad_row_after();
+    if (row >= 0) {
+      int32_t id = 0;
+      CUDA_CHECK(cudaMemcpy(&id, ids + row, sizeof(id), cudaMemcpyDeviceToHost));
+      throw_token_error(id, row, T, V);
+    }
+  }
+}
+
+void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
+  const char* op = "embedding_backward";
+  require_device(op, {&dwte, &dwpe, &dout});
+  require(tokens.dtype == DType::I32 && tokens.ndim == 2, op, "tokens must be I32 (B, T), got " + tokens.shape_string());
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = cols_of(dwte), V = rows_of(dwte);
+  require(cols_of(dout) == C && rows_of(dout) == B * T, op, "dout " + dout.shape_string());
+  require(cols_of(dwpe) == C && rows_of(dwpe) >= T, op, "dwpe " + dwpe.shape_string());
+  const ElemType dwte_type = elem_type_of(dwte, op, "dwte"), dwpe_type = elem_type_of(dwpe, op, "dwpe");
+  const ElemType dout_type = elem_type_of(dout, op, "dout");
+  const size_t ids_bytes = tokens.device == Device::CPU ? align256(tokens.bytes()) : 0;
+  const size_t sort_bytes = embedding_backward_workspace_bytes(B * T, V);
+  char* base = static_cast<char*>(scratch(ids_bytes + sort_bytes));
+  const int32_t* ids = tokens.as<int32_t>();
+  if (tokens.device == Device::CPU) {
+    for (int64_t i = 0; i < B * T; ++i)
+      require(ids[i] >= 0 && ids[i] < V, op, "token id " + std::to_string(ids[i]) + " outside [0, " + std::to_string(V) + ")");
+    CUDA_CHECK(cudaMemcpyAsync(base, ids, tokens.bytes(), cudaMemcpyHostToDevice, stream_));
+    ids = reinterpret_cast<const int32_t*>(base);
+  }
+  CUDA_CHECK(cuda::embedding_backward(dwte.data, dwte_type, dwpe.data, dwpe_type, dout.data, dout_type, ids, B, T, C,
+                                      V, base + ids_bytes, sort_bytes, stream_));
+}
+
+void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWArgs& args) {
+  adamw_update_with_copy(param, grad, exp_avg, exp_avg_sq, Tensor(), args);
+}
+
+void CudaBackend::adamw_update_with_copy(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                                         Tensor param_copy, const AdamWArgs& args) {
+  const char* op = "adamw_update";
+  require_device(op, {&param, &grad, &exp_avg, &exp_avg_sq, &param_copy});
+  const int64_t n = param.numel();
+  require(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n &&
+              (!param_copy.defined() || param_copy.numel() == n),
+          op,
+          "param " + param.shape_string() + ", grad " + grad.shape_string() + ", exp_avg " + exp_avg.shape_string() +
+              ", exp_avg_sq " + exp_avg_sq.shape_string());
+  require(args.bias_correction1 > 0 && args.bias_correction2 > 0, op,
+          "bias corrections must be positive (1 − β^t with t ≥ 1)");
+  float* m = f32_or_null(exp_avg, op, "exp_avg");
+  float* v = f32_or_null(exp_avg_sq, op, "exp_avg_sq");
+  const ElemType copy_type = param_copy.defined() ? elem_type_of(param_copy, op, "param_copy") : ElemType::BF16;
+  CUDA_CHECK(cuda::adamw_update(param.data, elem_type_of(param, op, "param"), grad.data, elem_type_of(grad, op, "grad"),
+                                m, v, param_copy.data, copy_type, n, adamw_scalars(args), stream_));
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<cuda::CudaBackend>(device_index);
+}
+
+}  // namespace strata
+#endif  // STRATA_HAVE_CUDA

@@ -1,0 +1,110 @@
+// Public header of src/backend/cuda: the CUDA backend (every Backend op on device tensors, on
+// one stream, with cuBLASLt GEMMs and the kernels/ library) and its factory. Built only when
+// CUDA is found (STRATA_HAVE_CUDA); ops are asynchronous except where a result or a user error
+// must reach the host (sum_squares, copies to host, token/target range checks).
+#pragma once
+#ifdef STRATA_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace strata {
+namespace cuda {
+
+class GemmRunner;
+
+struct MemoryStats {
+  size_t allocated_bytes = 0;       // strata's own device memory now (all CUDA backends)
+  size_t peak_allocated_bytes = 0;  // its high-water mark
+  size_t device_used_bytes = 0;     // cudaMemGetInfo: total − free (context, libraries, others)
+  size_t device_total_bytes = 0;
+};
+
+// Dtype rules (std::invalid_argument otherwise): tensors an op reads and writes together share
+// one float dtype (F32, BF16 or F16), except that gradient accumulators (dbias, dweight, dwte,
+// dwpe) may have their own float dtype, matmul may write F32 from BF16/F16 inputs, and saved
+// statistics (layernorm mean/rstd, attention lse) are F32, as are the AdamW moments.
+class CudaBackend final : public Backend {
+ public:
+  // Binds the calling thread to the device; a missing or unusable device is a UserError.
+  explicit CudaBackend(int device_index);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override;
+
+  Buffer allocate(size_t bytes) override;
+  void copy(Tensor src, Tensor dst) override;
+  void cast(Tensor src, Tensor dst) override;
+  void zero(Tensor t) override;
+  void fill(Tensor t, float value) override;
+  void scale(Tensor t, float factor) override;
+  double sum_squares(Tensor t) override;
+
+  void matmul(Tensor out, Tensor a, Tensor b, Tensor bias, bool trans_a, bool trans_b, bool accumulate) override;
+  void bias_backward(Tensor dbias, Tensor dout) override;
+  void add(Tensor out, Tensor a, Tensor b) override;
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias) override;
+  void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                          Tensor mean, Tensor rstd) override;
+  void gelu_forward(Tensor out, Tensor inp) override;
+  void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head) override;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head) override;
+  // tokens may be in host or device memory.
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+  // targets may be in host or device memory.
+  void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size, bool write_dlogits,
+                             float dloss) override;
+  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWArgs& args) override;
+
+  // ---- CUDA-only extras (not in the Backend interface yet) ----
+  // out (M, N) = gelu(op(a) · op(b) + bias) in one cuBLASLt call with the GELU epilogue;
+  // pre_gelu (M, N), out's dtype, receives a·b + bias for the backward.
+  void matmul_gelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, Tensor bias, bool trans_a, bool trans_b);
+  // adamw_update that also writes the updated parameters, rounded, into param_copy (optional).
+  void adamw_update_with_copy(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
+                              const AdamWArgs& args);
+  // fp32 GEMMs may use TF32 tensor cores (off by default: exact fp32 like the CPU reference).
+  void set_allow_tf32(bool allow);
+  MemoryStats memory_stats() const;
+  size_t gemm_plans_cached() const;
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_index_; }
+  void synchronize();
+
+ private:
+  // Grow-only device scratch shared by the ops (they run in stream order, so one op's use
+  // ends before the next op's kernels start); returns its base.
+  void* scratch(size_t bytes);
+  // Device pointer to I32 ids: the tensor itself, or a copy of host ids in scratch at `offset`.
+  const int32_t* device_ids(const Tensor& ids, size_t offset);
+  // Resets the bad-row flag, to be read back by bad_row_after().
+  void reset_bad_row();
+  // Waits for the stream and returns the smallest reported bad row (or −1).
+  int64_t bad_row_after();
+
+  int device_index_ = 0;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GemmRunner> gemm_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  int* bad_row_device_ = nullptr;
+  int* bad_row_host_ = nullptr;      // pinned
+  double* result_host_ = nullptr;    // pinned
+};
+
+}  // namespace cuda
+
+// The CUDA backend on device `device_index` (see CudaBackend).
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+
+}  // namespace strata
+#endif  // STRATA_HAVE_CUDA

@@ -1,0 +1,258 @@
+// bench_kernels: times every CUDA backend op at GPT-2 124M shapes (one layer's tensors, the LM
+// head and the optimizer over 124M parameters) with CUDA events, and sets each time against
+// its floor: bytes moved at the measured copy bandwidth, or FLOPs at the dense peak.
+// Usage: bench_kernels [--batch B] [--seq T] [--dtype bf16|f32] [--iters N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/check.h"
+#include "core/rng.h"
+
+using namespace strata;
+
+namespace {
+
+constexpr double kPeakBf16Flops = 989e12;  // H100 SXM / H200 dense bf16 (datasheet)
+constexpr double kPeakFp32Flops = 67e12;   // H100 SXM fp32 without tensor cores
+
+struct Options {
+  int64_t batch = 16, seq = 1024;
+  DType dtype = DType::BF16;
+  int iters = 20;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (!value) {
+      std::fprintf(stderr, "bench_kernels: %s needs a value\n", arg.c_str());
+      std::exit(2);
+    }
+    if (arg == "--batch") o.batch = std::atoll(value);
+    else if (arg == "--seq") o.seq = std::atoll(value);
+    else if (arg == "--iters") o.iters = std::atoi(value);
+    else if (arg == "--dtype") o.dtype = std::string(value) == "f32" ? DType::F32 : DType::BF16;
+    else {
+      std::fprintf(stderr, "usage: bench_kernels [--batch B] [--seq T] [--dtype bf16|f32] [--iters N]\n");
+      std::exit(2);
+    }
+    ++i;
+  }
+  return o;
+}
+
+// Device memory handed out as tensors, filled with N(0, scale) values.
+class Pool {
+ public:
+  explicit Pool(cuda::CudaBackend& gpu) : gpu_(gpu) {}
+  Tensor make(DType dtype, std::initializer_list<int64_t> dims, float scale = 1.0f) {
+    Tensor t(nullptr, dtype, dims, Device::CUDA);
+    buffers_.push_back(gpu_.allocate(t.bytes()));
+    t.data = buffers_.back().data();
+    if (dtype == DType::I32) return t;
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    std::vector<float> random(static_cast<size_t>(kChunk));
+    Rng rng(buffers_.size(), 3);
+    for (float& v : random) v = rng.normal() * scale;
+    std::vector<uint8_t> converted(static_cast<size_t>(kChunk) * dtype_size(dtype));
+    convert_elements(random.data(), DType::F32, converted.data(), dtype, random.size());
+    for (int64_t at = 0; at < t.numel(); at += kChunk) {
+      const int64_t n = std::min(kChunk, t.numel() - at);
+      Tensor dst(static_cast<char*>(t.data) + at * static_cast<int64_t>(dtype_size(dtype)), dtype, {n}, Device::CUDA);
+      gpu_.copy(Tensor(converted.data(), dtype, {n}), dst);
+    }
+    return t;
+  }
+  Tensor ids(std::initializer_list<int64_t> dims, int64_t range) {
+    Tensor t = make(DType::I32, dims);
+    std::vector<int32_t> host(static_cast<size_t>(t.numel()));
+    Rng rng(99, 4);
+    for (int32_t& id : host) id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(range)));
+    gpu_.copy(Tensor(host.data(), DType::I32, {t.numel()}), t);
+    return t;
+  }
+
+ private:
+  cuda::CudaBackend& gpu_;
+  std::vector<Buffer> buffers_;
+};
+
+struct Row {
+  std::string name;
+  double ms, bytes, flops, floor_ms;
+};
+
+class Bench {
+ public:
+  Bench(cuda::CudaBackend& gpu, int iters, double bandwidth, double peak_flops)
+      : gpu_(gpu), iters_(iters), bandwidth_(bandwidth), peak_flops_(peak_flops) {}
+
+  void run(const std::string& name, double bytes, double flops, const std::function<void()>& op) {
+    for (int i = 0; i < 3; ++i) op();
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventRecord(start, gpu_.stream()));
+    for (int i = 0; i < iters_; ++i) op();
+    CUDA_CHECK(cudaEventRecord(stop, gpu_.stream()));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float total_ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&total_ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    const double ms = total_ms / iters_;
+    const double floor_ms = std::max(bytes / bandwidth_, flops / peak_flops_) * 1e3;
+    rows_.push_back({name, ms, bytes, flops, floor_ms});
+    std::printf("%-34s %10.1f us %8.0f GB/s %8.1f TFLOP/s  floor %9.1f us  %5.1f%%\n", name.c_str(), ms * 1e3,
+                bytes / ms / 1e6, flops / ms / 1e9, floor_ms * 1e3, 100.0 * floor_ms / ms);
+    std::fflush(stdout);
+  }
+
+  void summary() const {
+    double total = 0.0, floor = 0.0;
+    for (const Row& r : rows_) {
+      total += r.ms;
+      floor += r.floor_ms;
+    }
+    std::printf("TOTAL %.3f ms over %zu ops, floor %.3f ms (%.1f%% of floor)\n", total, rows_.size(), floor,
+                100.0 * floor / total);
+  }
+
+ private:
+  cuda::CudaBackend& gpu_;
+  int iters_;
+  double bandwidth_, peak_flops_;
+  std::vector<Row> rows_;
+};
+
+// Device-to-device copy bandwidth (read + write bytes per second) over a 1 GiB buffer.
+double measure_copy_bandwidth(cuda::CudaBackend& gpu) {
+  const size_t bytes = size_t{1} << 30;
+  Buffer a = gpu.allocate(bytes), b = gpu.allocate(bytes);
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, gpu.stream()));
+  CUDA_CHECK(cudaEventRecord(start, gpu.stream()));
+  constexpr int kReps = 10;
+  for (int i = 0; i < kReps; ++i)
+    CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, gpu.stream()));
+  CUDA_CHECK(cudaEventRecord(stop, gpu.stream()));
+  CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return 2.0 * static_cast<double>(bytes) * kReps / (ms * 1e-3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("bench_kernels: no usable GPU\n");
+    return 77;
+  }
+  try {
+    cuda::CudaBackend gpu(0);
+    const int64_t B = o.batch, T = o.seq, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
+    const int64_t params = 124475904;  // GPT-2 124M with the padded vocabulary
+    const DType dt = o.dtype;
+    const double es = static_cast<double>(dtype_size(dt));
+    const double bandwidth = measure_copy_bandwidth(gpu);
+    const double peak = dt == DType::F32 ? kPeakFp32Flops : kPeakBf16Flops;
+    std::printf("bench_kernels: %s, B=%lld T=%lld %s, copy bandwidth %.0f GB/s, peak %.0f TFLOP/s\n",
+                gpu.name().c_str(), static_cast<long long>(B), static_cast<long long>(T), dtype_name(dt),
+                bandwidth / 1e9, peak / 1e12);
+    std::printf("%-34s %13s %13s %16s %16s %6s\n", "op", "time", "bandwidth", "compute", "floor", "eff");
+    Bench bench(gpu, o.iters, bandwidth, peak);
+    Pool pool(gpu);
+
+    const Tensor x = pool.make(dt, {N, C}), x2 = pool.make(dt, {N, C}), y = pool.make(dt, {N, C});
+    const Tensor qkv = pool.make(dt, {B, T, 3 * C}), dqkv = pool.make(dt, {B, T, 3 * C});
+    const Tensor att = pool.make(dt, {B, T, C}), datt = pool.make(dt, {B, T, C});
+    const Tensor lse = pool.make(DType::F32, {B, NH, T});
+    const Tensor w_qkv = pool.make(dt, {C, 3 * C}, 0.02f), b_qkv = pool.make(dt, {3 * C});
+    const Tensor w_fc = pool.make(dt, {C, 4 * C}, 0.02f), b_fc = pool.make(dt, {4 * C});
+    const Tensor w_proj = pool.make(dt, {4 * C, C}, 0.02f), b_c = pool.make(dt, {C});
+    const Tensor h = pool.make(dt, {N, 4 * C}), h_pre = pool.make(dt, {N, 4 * C}), dh = pool.make(dt, {N, 4 * C});
+    const Tensor dw_fc = pool.make(DType::F32, {C, 4 * C}), db_fc = pool.make(DType::F32, {4 * C});
+    const Tensor ln_w = pool.make(dt, {C}), ln_b = pool.make(dt, {C});
+    const Tensor mean = pool.make(DType::F32, {N}), rstd = pool.make(DType::F32, {N});
+    const Tensor dln_w = pool.make(DType::F32, {C}), dln_b = pool.make(DType::F32, {C});
+    const Tensor wte = pool.make(dt, {Vp, C}, 0.02f), wpe = pool.make(dt, {1024, C}, 0.02f);
+    const Tensor dwte = pool.make(DType::F32, {Vp, C}), dwpe = pool.make(DType::F32, {1024, C});
+    const Tensor tokens = pool.ids({B, T}, V), targets = pool.ids({N}, V);
+    const Tensor logits = pool.make(dt, {N, Vp}), losses = pool.make(DType::F32, {N});
+
+    const double nc = static_cast<double>(N * C);
+    const double gemm_flops_c = 2.0 * N * C * C;
+    bench.run("matmul qkv (N,C)x(C,3C)+b", es * (nc + C * 3.0 * C + 3 * nc), 3 * gemm_flops_c,
+              [&] { gpu.matmul(qkv, x, w_qkv, b_qkv, false, false, false); });
+    bench.run("matmul fc (N,C)x(C,4C)+b", es * (nc + 4.0 * C * C + 4 * nc), 4 * gemm_flops_c,
+              [&] { gpu.matmul(h, x, w_fc, b_fc, false, false, false); });
+    bench.run("matmul_gelu fc (GELU epilogue)", es * (nc + 4.0 * C * C + 8 * nc), 4 * gemm_flops_c,
+              [&] { gpu.matmul_gelu(h, h_pre, x, w_fc, b_fc, false, false); });
+    bench.run("matmul fc proj (N,4C)x(4C,C)+b", es * (4 * nc + 4.0 * C * C + nc), 4 * gemm_flops_c,
+              [&] { gpu.matmul(y, h, w_proj, b_c, false, false, false); });
+    bench.run("matmul dinp fc = dh x W^T", es * (4 * nc + 4.0 * C * C + nc), 4 * gemm_flops_c,
+              [&] { gpu.matmul(y, dh, w_fc, Tensor(), false, true, false); });
+    bench.run("matmul dW fc += x^T dh (fp32 acc)", es * (nc + 4 * nc) + 8.0 * 4 * C * C, 4 * gemm_flops_c,
+              [&] { gpu.matmul(dw_fc, x, dh, Tensor(), true, false, true); });
+    bench.run("matmul lm head (N,C)x(Vp,C)^T", es * (nc + Vp * C + static_cast<double>(N) * Vp),
+              2.0 * N * C * Vp, [&] { gpu.matmul(logits, x, wte, Tensor(), false, true, false); });
+    bench.run("bias_backward (N,4C)", es * 4 * nc + 8.0 * 4 * C, 0, [&] { gpu.bias_backward(db_fc, dh); });
+    bench.run("layernorm_forward", es * 2 * nc + 8.0 * N, 0,
+              [&] { gpu.layernorm_forward(y, mean, rstd, x, ln_w, ln_b); });
+    bench.run("layernorm_backward", es * 4 * nc + 8.0 * N, 0,
+              [&] { gpu.layernorm_backward(x2, dln_w, dln_b, y, x, ln_w, mean, rstd); });
+    bench.run("gelu_forward (N,4C)", es * 8 * nc, 0, [&] { gpu.gelu_forward(h, h_pre); });
+    bench.run("gelu_backward (N,4C)", es * 12 * nc, 0, [&] { gpu.gelu_backward(dh, dh, h_pre); });
+    bench.run("add residual (N,C)", es * 3 * nc, 0, [&] { gpu.add(y, y, x); });
+    const double attn_flops = 2.0 * B * T * T * C;  // QKᵀ and PV, causal half
+    bench.run("attention_forward", es * (3 * nc + nc) + 4.0 * B * NH * T, attn_flops,
+              [&] { gpu.attention_forward(att, lse, qkv, static_cast<int>(NH)); });
+    bench.run("attention_backward", es * (3 * nc + 3 * nc + 2 * nc) + 4.0 * B * NH * T, 2.5 * attn_flops,
+              [&] { gpu.attention_backward(dqkv, datt, qkv, att, lse, static_cast<int>(NH)); });
+    bench.run("embedding_forward", es * 3 * nc + 4.0 * N, 0, [&] { gpu.embedding_forward(x, tokens, wte, wpe); });
+    bench.run("embedding_backward", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
+              [&] { gpu.embedding_backward(dwte, dwpe, x, tokens); });
+    // The benchmark rewrites the same logits each pass; values stay finite (dlogits are bounded).
+    bench.run("softmax_cross_entropy + dlogits", es * 2.0 * N * Vp, 0,
+              [&] { gpu.softmax_cross_entropy(logits, losses, targets, static_cast<int>(V), true, 1.0f / N); });
+
+    const Tensor p = pool.make(DType::F32, {params}), g = pool.make(DType::F32, {params}, 1e-3f);
+    const Tensor m = pool.make(DType::F32, {params}, 0.0f), v = pool.make(DType::F32, {params}, 0.0f);
+    const Tensor p16 = pool.make(DType::BF16, {params});
+    AdamWArgs args;
+    args.lr = 6e-4;
+    args.weight_decay = 0.1;
+    args.bias_correction1 = 0.1;
+    args.bias_correction2 = 0.05;
+    bench.run("adamw_update + bf16 copy (124M)", 30.0 * params, 0,
+              [&] { gpu.adamw_update_with_copy(p, g, m, v, p16, args); });
+    bench.run("sum_squares (124M fp32)", 4.0 * params, 0, [&] { (void)gpu.sum_squares(g); });
+    bench.run("cast fp32 -> bf16 (124M)", 6.0 * params, 0, [&] { gpu.cast(p, p16); });
+    bench.summary();
+    const cuda::MemoryStats mem = gpu.memory_stats();
+    std::printf("memory: strata peak %.2f GiB, device used %.2f of %.2f GiB, %zu GEMM plans cached\n",
+                mem.peak_allocated_bytes / 1073741824.0, mem.device_used_bytes / 1073741824.0,
+                mem.device_total_bytes / 1073741824.0, gpu.gemm_plans_cached());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

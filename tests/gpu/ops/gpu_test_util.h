@@ -1,0 +1,59 @@
+// Helpers of the GPU op tests: the shared CUDA backend, tensors mirrored on the CPU and the GPU
+// backend with identical (dtype-rounded) contents, and a relative-error comparison.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace strata::gpu_test {
+
+// The backends every test uses; created once by the test main after it found a GPU.
+cuda::CudaBackend& gpu();
+Backend& cpu();
+
+// One logical tensor held twice: in host memory for the CPU backend and in device memory for
+// the CUDA backend.
+class Mirrored {
+ public:
+  Mirrored(std::initializer_list<int64_t> dims, DType dtype);
+  Mirrored(const Mirrored&) = delete;
+  Mirrored& operator=(const Mirrored&) = delete;
+
+  // Normal(0, scale) values (or uniform integers for I32 in [0, int_range)), rounded to the
+  // dtype, written to both copies.
+  void randomize(uint64_t seed, float scale = 1.0f, int32_t int_range = 0);
+  void set(const std::vector<float>& values);
+  void set_ints(const std::vector<int32_t>& values);
+  // Copies the CPU copy's contents to the GPU copy (after a CPU op changed only the CPU side).
+  void sync_to_gpu();
+  std::vector<float> cpu_values() const;
+  std::vector<float> gpu_values() const;
+  std::vector<uint8_t> gpu_bytes() const;
+  int64_t numel() const { return cpu_tensor.numel(); }
+
+  Tensor cpu_tensor;
+  Tensor gpu_tensor;
+
+ private:
+  std::vector<uint8_t> host_;
+  Buffer device_;
+};
+
+// max_i |actual_i − expected_i| / max(|expected_i|, mean |expected|) ≤ tol. Judging tiny
+// elements against the tensor's typical magnitude keeps cancellation near zero from reading as
+// a large relative error. Fails when expected is all zeros (a test must never compare zeros).
+void check_relative(const std::vector<float>& actual, const std::vector<float>& expected, double tol,
+                    const std::string& what);
+
+// Tolerance for a dtype: 1e-5 for F32, 1e-2 for BF16 (and F16).
+inline double tolerance(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
+
+}  // namespace strata::gpu_test

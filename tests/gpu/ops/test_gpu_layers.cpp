@@ -1,0 +1,221 @@
+// GPU layer ops against the CPU backend on fresh random inputs: matmul (all transpose, bias and
+// accumulate variants, fp32 without TF32 and bf16), the GELU epilogue, bias and layernorm
+// gradients, embeddings and the fused cross-entropy, with determinism checks for backwards.
+#include <catch2/catch.hpp>
+
+#include "gpu_test_util.h"
+
+using namespace strata;
+using namespace strata::gpu_test;
+
+namespace {
+std::initializer_list<int64_t> dims2(bool swap, int64_t r, int64_t c) {
+  return swap ? std::initializer_list<int64_t>{c, r} : std::initializer_list<int64_t>{r, c};
+}
+}  // namespace
+
+TEST_CASE("gpu: matmul matches the CPU for every transpose, bias and accumulate variant") {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{37, 29, 53}, Shape{256, 2304, 768}}) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (int variant = 0; variant < 16; ++variant) {
+        const bool ta = variant & 1, tb = variant & 2, with_bias = variant & 4, acc = variant & 8;
+        Mirrored a(dims2(ta, s.m, s.k), dtype), b(dims2(tb, s.k, s.n), dtype);
+        Mirrored bias({s.n}, dtype), out({s.m, s.n}, dtype);
+        a.randomize(100 + variant);
+        b.randomize(200 + variant, 0.05f);
+        bias.randomize(300 + variant);
+        out.randomize(400 + variant);
+        const Tensor cb = with_bias ? bias.cpu_tensor : Tensor(), gb = with_bias ? bias.gpu_tensor : Tensor();
+        cpu().matmul(out.cpu_tensor, a.cpu_tensor, b.cpu_tensor, cb, ta, tb, acc);
+        gpu().matmul(out.gpu_tensor, a.gpu_tensor, b.gpu_tensor, gb, ta, tb, acc);
+        check_relative(out.gpu_values(), out.cpu_values(), tolerance(dtype),
+                       std::string("matmul ") + dtype_name(dtype) + " m" + std::to_string(s.m) + " variant " +
+                           std::to_string(variant));
+      }
+    }
+  }
+}
+
+TEST_CASE("gpu: matmul accumulates bf16 products into an fp32 gradient and handles k = 0") {
+  Mirrored inp({512, 768}, DType::BF16), dout({512, 2304}, DType::BF16), dweight({768, 2304}, DType::F32);
+  inp.randomize(1);
+  dout.randomize(2);
+  dweight.randomize(3);
+  cpu().matmul(dweight.cpu_tensor, inp.cpu_tensor, dout.cpu_tensor, Tensor(), true, false, true);
+  gpu().matmul(dweight.gpu_tensor, inp.gpu_tensor, dout.gpu_tensor, Tensor(), true, false, true);
+  check_relative(dweight.gpu_values(), dweight.cpu_values(), 1e-4, "bf16 × bf16 → fp32 accumulate");
+
+  // k = 0 (a stored (k, m) = (0, 6), transposed): out = out + bias.
+  Mirrored a({0, 6}, DType::F32), b({0, 5}, DType::F32), bias({5}, DType::F32), out({6, 5}, DType::F32);
+  bias.randomize(4);
+  out.randomize(5);
+  cpu().matmul(out.cpu_tensor, a.cpu_tensor, b.cpu_tensor, bias.cpu_tensor, true, false, true);
+  gpu().matmul(out.gpu_tensor, a.gpu_tensor, b.gpu_tensor, bias.gpu_tensor, true, false, true);
+  CHECK(out.gpu_values() == out.cpu_values());
+}
+
+TEST_CASE("gpu: matmul_gelu equals matmul + bias then gelu_forward") {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Mirrored x({256, 768}, dtype), w({768, 3072}, dtype), bias({3072}, dtype);
+    Mirrored pre({256, 3072}, dtype), out({256, 3072}, dtype);
+    x.randomize(41);
+    w.randomize(42, 0.03f);
+    bias.randomize(43, 0.1f);
+    cpu().matmul(pre.cpu_tensor, x.cpu_tensor, w.cpu_tensor, bias.cpu_tensor, false, false, false);
+    cpu().gelu_forward(out.cpu_tensor, pre.cpu_tensor);
+    gpu().matmul_gelu(out.gpu_tensor, pre.gpu_tensor, x.gpu_tensor, w.gpu_tensor, bias.gpu_tensor, false, false);
+    // cuBLASLt evaluates GELU with its own tanh; 1e-4 allows for that in fp32.
+    const double tol = dtype == DType::F32 ? 1e-4 : 1e-2;
+    check_relative(pre.gpu_values(), pre.cpu_values(), tolerance(dtype), "matmul_gelu pre-activation");
+    check_relative(out.gpu_values(), out.cpu_values(), tol, "matmul_gelu output");
+  }
+}
+
+TEST_CASE("gpu: bias_backward accumulates column sums deterministically") {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Mirrored dout({8192, 768}, dtype), dbias({768}, DType::F32);
+    dout.randomize(51);
+    dbias.randomize(52);
+    const auto start = dbias.cpu_values();
+    cpu().bias_backward(dbias.cpu_tensor, dout.cpu_tensor);
+    gpu().bias_backward(dbias.gpu_tensor, dout.gpu_tensor);
+    check_relative(dbias.gpu_values(), dbias.cpu_values(), 1e-5, std::string("bias_backward ") + dtype_name(dtype));
+    const auto first = dbias.gpu_bytes();
+    dbias.set(start);
+    gpu().bias_backward(dbias.gpu_tensor, dout.gpu_tensor);
+    CHECK(dbias.gpu_bytes() == first);
+  }
+}
+
+TEST_CASE("gpu: layernorm forward and backward match the CPU and repeat bit for bit") {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (int64_t c : {int64_t{768}, int64_t{100}}) {
+      const int64_t n = 1031;
+      Mirrored inp({n, c}, dtype), w({c}, dtype), b({c}, dtype), out({n, c}, dtype);
+      Mirrored mean({n}, DType::F32), rstd({n}, DType::F32);
+      Mirrored dout({n, c}, dtype), dinp({n, c}, dtype), dw({c}, DType::F32), db({c}, DType::F32);
+      inp.randomize(61, 3.0f);
+      w.randomize(62);
+      b.randomize(63);
+      dout.randomize(64);
+      dinp.randomize(65);
+      dw.randomize(66);
+      db.randomize(67);
+      const std::string what = std::string(dtype_name(dtype)) + " C=" + std::to_string(c);
+      cpu().layernorm_forward(out.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor, inp.cpu_tensor, w.cpu_tensor, b.cpu_tensor);
+      gpu().layernorm_forward(out.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor, inp.gpu_tensor, w.gpu_tensor, b.gpu_tensor);
+      check_relative(out.gpu_values(), out.cpu_values(), tolerance(dtype), "layernorm out " + what);
+      check_relative(mean.gpu_values(), mean.cpu_values(), 1e-5, "layernorm mean " + what);
+      check_relative(rstd.gpu_values(), rstd.cpu_values(), 1e-5, "layernorm rstd " + what);
+      // Backward from the CPU's statistics on both sides, so only the backward is compared.
+      mean.sync_to_gpu();
+      rstd.sync_to_gpu();
+      const auto dinp0 = dinp.cpu_values(), dw0 = dw.cpu_values(), db0 = db.cpu_values();
+      cpu().layernorm_backward(dinp.cpu_tensor, dw.cpu_tensor, db.cpu_tensor, dout.cpu_tensor, inp.cpu_tensor,
+                               w.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor);
+      gpu().layernorm_backward(dinp.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
+                               w.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor);
+      check_relative(dinp.gpu_values(), dinp.cpu_values(), tolerance(dtype), "layernorm dinp " + what);
+      check_relative(dw.gpu_values(), dw.cpu_values(), 1e-5, "layernorm dweight " + what);
+      check_relative(db.gpu_values(), db.cpu_values(), 1e-5, "layernorm dbias " + what);
+      // The same backward from the same starting gradients gives the same bits.
+      const auto dinp1 = dinp.gpu_bytes(), dw1 = dw.gpu_bytes(), db1 = db.gpu_bytes();
+      dinp.set(dinp0);
+      dw.set(dw0);
+      db.set(db0);
+      gpu().layernorm_backward(dinp.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
+                               w.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor);
+      CHECK(dinp.gpu_bytes() == dinp1);
+      CHECK(dw.gpu_bytes() == dw1);
+      CHECK(db.gpu_bytes() == db1);
+    }
+  }
+}
+
+TEST_CASE("gpu: embedding forward and backward are exact in fp32, with repeated tokens") {
+  const int64_t B = 4, T = 64, C = 96, V = 50;  // few ids: many repeats per row of dwte
+  Mirrored tokens({B, T}, DType::I32), wte({V, C}, DType::F32), wpe({128, C}, DType::F32), out({B, T, C}, DType::F32);
+  Mirrored dout({B, T, C}, DType::F32), dwte({V, C}, DType::F32), dwpe({128, C}, DType::F32);
+  tokens.randomize(71, 1.0f, static_cast<int32_t>(V));
+  wte.randomize(72);
+  wpe.randomize(73);
+  dout.randomize(74);
+  dwte.randomize(75);
+  dwpe.randomize(76);
+  cpu().embedding_forward(out.cpu_tensor, tokens.cpu_tensor, wte.cpu_tensor, wpe.cpu_tensor);
+  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);
+  CHECK(out.gpu_values() == out.cpu_values());
+  gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);  // host ids
+  CHECK(out.gpu_values() == out.cpu_values());
+  cpu().embedding_backward(dwte.cpu_tensor, dwpe.cpu_tensor, dout.cpu_tensor, tokens.cpu_tensor);
+  gpu().embedding_backward(dwte.gpu_tensor, dwpe.gpu_tensor, dout.gpu_tensor, tokens.gpu_tensor);
+  // Same additions in the same order as the CPU: identical bits.
+  CHECK(dwte.gpu_values() == dwte.cpu_values());
+  CHECK(dwpe.gpu_values() == dwpe.cpu_values());
+
+  std::vector<int32_t> bad(static_cast<size_t>(B * T), 3);
+  bad[static_cast<size_t>(T + 5)] = static_cast<int32_t>(V);
+  tokens.set_ints(bad);
+  CHECK_THROWS_WITH(gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor),
+                    Catch::Contains("batch row 1, position 5"));
+  CHECK_THROWS_AS(gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor, wpe.gpu_tensor), UserError);
+}
+
+TEST_CASE("gpu: embedding backward in bf16 with fp32 gradients matches the CPU") {
+  const int64_t B = 2, T = 256, C = 768, V = 1000;
+  Mirrored tokens({B, T}, DType::I32), dout({B, T, C}, DType::BF16), dwte({V, C}, DType::F32), dwpe({T, C}, DType::F32);
+  tokens.randomize(81, 1.0f, 40);
+  dout.randomize(82);
+  dwte.randomize(83);
+  dwpe.randomize(84);
+  cpu().embedding_backward(dwte.cpu_tensor, dwpe.cpu_tensor, dout.cpu_tensor, tokens.cpu_tensor);
+  gpu().embedding_backward(dwte.gpu_tensor, dwpe.gpu_tensor, dout.gpu_tensor, tokens.gpu_tensor);
+  CHECK(dwte.gpu_values() == dwte.cpu_values());
+  CHECK(dwpe.gpu_values() == dwpe.cpu_values());
+}
+
+TEST_CASE("gpu: softmax cross-entropy losses and dlogits over a padded vocabulary") {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (int64_t V : {int64_t{1000}, int64_t{777}}) {
+      const int64_t N = 300, Vp = 1024;
+      Mirrored logits({N, Vp}, dtype), targets({N}, DType::I32), losses({N}, DType::F32);
+      logits.randomize(91, 4.0f);
+      targets.randomize(92, 1.0f, static_cast<int32_t>(V));
+      const std::string what = std::string(dtype_name(dtype)) + " V=" + std::to_string(V);
+      cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), false, 1.0f);
+      gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), false, 1.0f);
+      check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses " + what);
+      CHECK(logits.gpu_values() == logits.cpu_values());  // untouched without write_dlogits
+      cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
+      gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
+      const std::vector<float> dl = logits.gpu_values();
+      check_relative(dl, logits.cpu_values(), tolerance(dtype), "dlogits " + what);
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = V; j < Vp; ++j) REQUIRE(dl[static_cast<size_t>(i * Vp + j)] == 0.0f);
+    }
+  }
+  Mirrored logits({2, 64}, DType::F32), targets({2}, DType::I32);
+  logits.randomize(93);
+  targets.set_ints({1, 60});
+  CHECK_THROWS_AS(gpu().softmax_cross_entropy(logits.gpu_tensor, Tensor(), targets.gpu_tensor, 50, true, 1.0f), UserError);
+}
+
+TEST_CASE("gpu: cross-entropy at GPT-2 vocabulary size repeats bit for bit") {
+  const int64_t N = 64, V = 50257, Vp = 50304;
+  Mirrored logits({N, Vp}, DType::BF16), targets({N}, DType::I32), losses({N}, DType::F32);
+  logits.randomize(95, 2.0f);
+  targets.randomize(96, 1.0f, static_cast<int32_t>(V));
+  cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 0.5f);
+  gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
+  check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses at V=50257");
+  check_relative(logits.gpu_values(), logits.cpu_values(), 1e-2, "dlogits at V=50257");
+  const auto first_losses = losses.gpu_bytes();
+  const auto first_dlogits = logits.gpu_bytes();
+  logits.randomize(95, 2.0f);
+  gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
+  CHECK(losses.gpu_bytes() == first_losses);
+  CHECK(logits.gpu_bytes() == first_dlogits);
+}
