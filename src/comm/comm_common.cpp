@@ -23,7 +23,13 @@ bool nccl_built() {
 }
 
 std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name) {
-  if (kind == CommBackendKind::Mpi) return comm_detail::make_mpi_backend(comm, name);
+  if (kind == CommBackendKind::Mpi) {
+#ifdef STRATA_HAVE_CUDA
+    return comm_detail::make_staged_backend(comm_detail::make_mpi_backend(comm, name));
+#else
+    return comm_detail::make_mpi_backend(comm, name);
+#endif
+  }
 #ifdef STRATA_HAVE_NCCL
   return comm_detail::make_nccl_backend(comm, name);
 #else

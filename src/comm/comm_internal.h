@@ -15,6 +15,10 @@ namespace strata::comm_detail {
 std::vector<int> world_ranks_of(MPI_Comm comm);
 
 std::unique_ptr<Comm> make_mpi_backend(MPI_Comm comm, const std::string& name);
+#ifdef STRATA_HAVE_CUDA
+// Wraps a host communicator so CUDA tensors are staged through host memory.
+std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host);
+#endif
 #ifdef STRATA_HAVE_NCCL
 std::unique_ptr<Comm> make_nccl_backend(MPI_Comm comm, const std::string& name);
 #endif

@@ -1,0 +1,141 @@
+// Device buffers over the MPI communicator: each operation copies its CUDA tensors into host
+// buffers, runs the host operation, and copies the results back when it completes. This is
+// how several ranks sharing one GPU (where NCCL refuses to run) still communicate.
+#ifdef STRATA_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "comm/comm.h"
+#include "comm/comm_internal.h"
+#include "core/core.h"
+
+namespace strata::comm_detail {
+namespace {
+
+using HostBytes = std::shared_ptr<std::vector<unsigned char>>;
+
+// The host stand-in of one tensor; device tensors get a host copy (filled when the
+// operation reads them), host tensors are used as they are.
+struct Staged {
+  Tensor host;
+  Tensor device;  // undefined when the tensor was already on the host
+  HostBytes bytes;
+};
+
+Staged stage(const Tensor& t, bool read_by_operation) {
+  Staged s;
+  s.host = t;
+  if (t.device != Device::CUDA) return s;
+  s.device = t;
+  s.bytes = std::make_shared<std::vector<unsigned char>>(t.bytes());
+  if (read_by_operation && t.bytes() > 0) {
+    CUDA_CHECK(cudaMemcpy(s.bytes->data(), t.data, t.bytes(), cudaMemcpyDeviceToHost));
+  }
+  s.host.data = s.bytes->data();
+  s.host.device = Device::CPU;
+  return s;
+}
+
+// Completes the host operation, then copies every written device tensor back.
+class StagedHandle final : public CommRequest {
+ public:
+  StagedHandle(CommHandle inner, std::vector<Staged> written) : inner_(std::move(inner)), written_(std::move(written)) {}
+  ~StagedHandle() override { wait(); }
+  void wait() override {
+    if (!inner_) return;
+    inner_->wait();
+    inner_.reset();
+    for (const Staged& s : written_) {
+      if (s.device.defined() && s.device.bytes() > 0) {
+        CUDA_CHECK(cudaMemcpy(s.device.data, s.host.data, s.device.bytes(), cudaMemcpyHostToDevice));
+      }
+    }
+    written_.clear();
+  }
+  bool test() override {
+    if (!inner_) return true;
+    if (!inner_->test()) return false;
+    wait();
+    return true;
+  }
+
+ private:
+  CommHandle inner_;
+  std::vector<Staged> written_;
+};
+
+class StagedComm final : public Comm {
+ public:
+  explicit StagedComm(std::unique_ptr<Comm> host) : Comm(host->name(), host->world_ranks()), host_(std::move(host)) {}
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  std::string backend_name() const override { return host_->backend_name(); }
+
+  CommHandle all_reduce_async(Tensor data, ReduceOp op) override {
+    Staged d = stage(data, true);
+    CommHandle inner = host_->all_reduce_async(d.host, op);  // validates before anything is counted
+    record("all_reduce", static_cast<int64_t>(data.bytes()));
+    return done(std::move(inner), {d});
+  }
+  CommHandle reduce_scatter_async(Tensor input, Tensor output, ReduceOp op) override {
+    Staged in = stage(input, true), out = stage(output, false);
+    CommHandle inner = host_->reduce_scatter_async(in.host, out.host, op);  // validates before anything is counted
+    record("reduce_scatter", static_cast<int64_t>(input.bytes()));
+    return done(std::move(inner), {out}, {in});
+  }
+  CommHandle all_gather_async(Tensor input, Tensor output) override {
+    Staged in = stage(input, true), out = stage(output, false);
+    CommHandle inner = host_->all_gather_async(in.host, out.host);  // validates before anything is counted
+    record("all_gather", static_cast<int64_t>(output.bytes()));
+    return done(std::move(inner), {out}, {in});
+  }
+  CommHandle broadcast_async(Tensor data, int root) override {
+    Staged d = stage(data, rank() == root);
+    CommHandle inner = host_->broadcast_async(d.host, root);  // validates before anything is counted
+    record("broadcast", static_cast<int64_t>(data.bytes()));
+    return done(std::move(inner), {d});
+  }
+  CommHandle send_async(Tensor data, int peer, int tag) override {
+    Staged d = stage(data, true);
+    CommHandle inner = host_->send_async(d.host, peer, tag);  // validates before anything is counted
+    record("send", static_cast<int64_t>(data.bytes()));
+    return done(std::move(inner), {}, {d});
+  }
+  CommHandle recv_async(Tensor data, int peer, int tag) override {
+    Staged d = stage(data, false);
+    CommHandle inner = host_->recv_async(d.host, peer, tag);  // validates before anything is counted
+    record("recv", static_cast<int64_t>(data.bytes()));
+    return done(std::move(inner), {d});
+  }
+  CommHandle exchange_async(Tensor send_data, int send_peer, Tensor recv_data, int recv_peer, int tag) override {
+    Staged s = stage(send_data, true), r = stage(recv_data, false);
+    CommHandle inner = host_->exchange_async(s.host, send_peer, r.host, recv_peer, tag);
+    record("send", static_cast<int64_t>(send_data.bytes()));
+    record("recv", static_cast<int64_t>(recv_data.bytes()));
+    return done(std::move(inner), {r}, {s});
+  }
+  void barrier() override {
+    record("barrier", 0);
+    host_->barrier();
+  }
+
+ private:
+  // `kept` are host copies the operation reads: they live until it completes.
+  static CommHandle done(CommHandle inner, std::vector<Staged> written, std::vector<Staged> kept = {}) {
+    for (Staged& k : kept) written.push_back({k.host, Tensor(), k.bytes});
+    return std::make_unique<StagedHandle>(std::move(inner), std::move(written));
+  }
+
+  std::unique_ptr<Comm> host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host) {
+  return std::make_unique<StagedComm>(std::move(host));
+}
+
+}  // namespace strata::comm_detail
+#endif  // STRATA_HAVE_CUDA
