@@ -4,7 +4,9 @@
 # (the fp32 gradient is summed in another order, as in fp32, and a last-bit change of an fp32
 # master weight can move its bf16 working copy by one bf16 step). fp16 with overflowing loss
 # scales skips the same steps with the same scales at DP 2 as at DP 1, so the ranks agree on
-# every overflow. The 16-bit working copy halves the parameter all-gather traffic of ZeRO 1 and
+# every overflow. bf16 runs at ZeRO 1 and 3 stopped at a checkpoint and resumed repeat the
+# uninterrupted run bit for bit (the working copy is rebuilt from the fp32 master: cast and
+# gathered). The 16-bit working copy halves the parameter all-gather traffic of ZeRO 1 and
 # 3 against fp32 (gradients are reduced in fp32 either way), and the memory record follows the
 # mixed-precision formulas: params 2Ψ (ZeRO 3: 2Ψ/p), fp32 grads 4Ψ (ZeRO 2-3: 4Ψ/p), fp32
 # master + Adam m + v 12Ψ (ZeRO 1-3: 12Ψ/p), padding aside (≤ 1%).
@@ -32,6 +34,11 @@ run fp16_ref 1 4 0 "${overflow[@]}"
 for stage in 1 3; do
   run "fp16_z$stage" 2 2 "$stage" "${overflow[@]}"
   run "fp32_z$stage" 2 2 "$stage"
+  # Stop after step 6 with a checkpoint, then resume to step 12 (metrics appended).
+  run "bf16_resumed_z$stage" 2 2 "$stage" --set bf16.enabled=true --set train.iters=6 \
+    --set checkpoint.dir="$WORK/ckpt_z$stage"
+  run "bf16_resumed_z$stage" 2 2 "$stage" --set bf16.enabled=true --set checkpoint.dir="$WORK/ckpt_z$stage"
+  expect_contains "$OUT" "resumed from $WORK/ckpt_z$stage/step_00000006"
 done
 
 python3 - "$WORK" <<'PY'
@@ -56,6 +63,11 @@ def skips(name):
 want = skips("fp16_ref")
 if not any(s for _, _, s in want): bad.append("fp16 reference: no overflow, the test proves nothing")
 for stage in (1, 3):
+    whole = [r["loss"] for r in records(f"bf16_z{stage}", "train")]
+    resumed = [r["loss"] for r in records(f"bf16_resumed_z{stage}", "train")]
+    if resumed != whole: bad.append(f"bf16 ZeRO {stage}: resumed run {resumed} differs from {whole}")
+    else: print(f"bf16 DP 2 ZeRO {stage}: resumed run bit-identical")
+
     got = skips(f"fp16_z{stage}")
     print(f"fp16 DP 2 ZeRO {stage}: skipped steps {[s for s, _, k in got if k]}")
     if got != want: bad.append(f"fp16 ZeRO {stage}: skips/scales {got} differ from DP 1 {want}")
