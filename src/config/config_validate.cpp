@@ -198,8 +198,6 @@ void check_loop(const Config& c, Problems& p) {
 // Every check here guards a feature whose keys parse but whose implementation has not landed.
 // Remove a check in the same change that makes its feature work (and its test with it).
 void reject_not_supported_yet(const Config& c, Problems& p) {
-  if (c.fp16.enabled) p.add("fp16.enabled", "fp16 training is not supported yet");
-  if (c.bf16.enabled) p.add("bf16.enabled", "bf16 training is not supported yet (it arrives with the CUDA backend)");
   const ZeroConfig& z = c.zero_optimization;
   if (!z.contiguous_gradients)
     p.add("zero_optimization.contiguous_gradients",

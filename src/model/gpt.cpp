@@ -1,6 +1,7 @@
 // GPT-2 forward and hand-written backward on a Backend. Parameters and gradients come from a
 // ParamStore one layer group at a time; activations live in one arena planned once for
-// (max_batch, seq_len), viewed at the current (B, T) on every call.
+// (max_batch, seq_len), viewed at the current (B, T) on every call, in the working dtype
+// except for the fp32 per-row statistics.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -34,22 +35,32 @@ class ArenaPlan {
 constexpr size_t kBlockFirstSpec = 2;
 constexpr size_t kBlockSpecs = 12;
 
-Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute, ParamStore* store)
-    : dims_(dims), backend_(backend), max_batch_(max_batch), recompute_(recompute), specs_(gpt_param_specs(dims)) {
+Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute, ParamStore* store,
+         DType dtype)
+    : dims_(dims), backend_(backend), max_batch_(max_batch), recompute_(recompute), dtype_(dtype),
+      specs_(gpt_param_specs(dims)) {
   if (max_batch <= 0) throw UserError("micro-batch size must be positive, got " + std::to_string(max_batch));
+  if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16) {
+    throw std::logic_error(std::string("Gpt: working dtype must be F32, BF16 or F16, got ") + dtype_name(dtype));
+  }
   for (size_t i = 0; i < specs_.size(); ++i) spec_index_.emplace(specs_[i].name, i);
   groups_ = gpt_layer_groups(specs_);
   if (store) {
+    if (store->param_dtype() != dtype) {
+      throw std::logic_error(std::string("Gpt: the parameter store holds ") + dtype_name(store->param_dtype()) +
+                             " but the model works in " + dtype_name(dtype));
+    }
     store_ = store;
   } else {
-    owned_store_ = std::make_unique<FlatParamStore>(backend_, specs_);
+    owned_store_ = std::make_unique<FlatParamStore>(backend_, specs_, 0, dtype);
     store_ = owned_store_.get();
   }
   flat_ = dynamic_cast<FlatParamStore*>(store_);
 
   const size_t bt = static_cast<size_t>(max_batch) * static_cast<size_t>(dims.seq_len);
   const size_t C = static_cast<size_t>(dims.d_model);
-  const size_t btc = bt * C * kF32, bt_f = bt * kF32;
+  // btc: one (B, T, C) activation in the working dtype; bt_f: one fp32 value per row.
+  const size_t btc = bt * C * dtype_size(dtype), bt_f = bt * kF32;
   ArenaPlan plan;
   tokens_offset_ = plan.reserve(bt * sizeof(int32_t));
   targets_offset_ = plan.reserve(bt * sizeof(int32_t));
@@ -75,7 +86,7 @@ Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompu
   lnf_offset_ = plan.reserve(btc);
   lnf_mean_offset_ = plan.reserve(bt_f);
   lnf_rstd_offset_ = plan.reserve(bt_f);
-  logits_offset_ = plan.reserve(bt * static_cast<size_t>(dims.padded_vocab) * kF32);
+  logits_offset_ = plan.reserve(bt * static_cast<size_t>(dims.padded_vocab) * dtype_size(dtype));
   losses_offset_ = plan.reserve(bt_f);
   dresidual_offset_ = plan.reserve(btc);
   dnarrow_offset_ = plan.reserve(btc);
@@ -98,29 +109,40 @@ Tensor Gpt::params_flat() { return flat_store().params(); }
 Tensor Gpt::grads_flat() { return flat_store().grads(); }
 Tensor Gpt::param_tensor(const std::string& name) {
   const ParamSpec& spec = param(name);
-  return group_view(flat_store().acquire_params(param_group(spec), Pass::Forward), spec);
+  return param_view(flat_store().acquire_params(param_group(spec), Pass::Forward), spec);
 }
 Tensor Gpt::grad_tensor(const std::string& name) {
   const ParamSpec& spec = param(name);
-  return group_view(flat_store().acquire_grads(param_group(spec)), spec);
+  return grad_view(flat_store().acquire_grads(param_group(spec)), spec);
 }
 void Gpt::zero_grads() { backend_.zero(flat_store().grads()); }
 
 void Gpt::init_weights(uint64_t seed) {
   FlatParamStore& flat = flat_store();
   std::vector<float> host;
+  std::vector<uint16_t> rounded;  // the values in the working dtype, when that is 16-bit
+  const size_t element = dtype_size(dtype_);
   for (const ParamSpec& spec : specs_) {
-    host.resize(static_cast<size_t>(spec.numel));
+    const size_t n = static_cast<size_t>(spec.numel);
+    host.resize(n);
     gpt_init_values(dims_, spec, seed, 0, spec.numel, host.data());
+    void* source = host.data();
+    if (dtype_ != DType::F32) {
+      rounded.resize(n);
+      convert_elements(host.data(), DType::F32, rounded.data(), dtype_, n);
+      source = rounded.data();
+    }
     const Tensor all = flat.params();
-    backend_.copy(Tensor(host.data(), DType::F32, {spec.numel}, Device::CPU),
-                  Tensor(all.f32() + spec.offset, DType::F32, {spec.numel}, all.device));
+    backend_.copy(Tensor(source, dtype_, {spec.numel}, Device::CPU),
+                  Tensor(static_cast<char*>(all.data) + static_cast<size_t>(spec.offset) * element, dtype_,
+                         {spec.numel}, all.device));
   }
 }
 
-Tensor Gpt::group_view(float* group_base, const ParamSpec& spec) const {
+Tensor Gpt::group_view(void* group_base, DType dtype, const ParamSpec& spec) const {
   const LayerGroup& g = groups_[static_cast<size_t>(param_group(spec))];
-  Tensor t(group_base + (spec.offset - g.begin), DType::F32, {spec.numel}, backend_.device());
+  Tensor t(static_cast<char*>(group_base) + static_cast<size_t>(spec.offset - g.begin) * dtype_size(dtype), dtype,
+           {spec.numel}, backend_.device());
   t.ndim = static_cast<int>(spec.shape.size());
   for (size_t i = 0; i < spec.shape.size(); ++i) t.shape[i] = spec.shape[i];
   return t;
@@ -131,7 +153,7 @@ Tensor Gpt::act(size_t offset, std::initializer_list<int64_t> dims, DType dtype)
 }
 
 Tensor Gpt::residual(int index, int B, int T) const {
-  const size_t stride = static_cast<size_t>(max_batch_) * dims_.seq_len * dims_.d_model * kF32;
+  const size_t stride = static_cast<size_t>(max_batch_) * dims_.seq_len * dims_.d_model * dtype_size(dtype_);
   return act(residual_offset_ + static_cast<size_t>(index) * stride, {B, T, dims_.d_model});
 }
 
@@ -140,23 +162,23 @@ Gpt::BlockActs Gpt::block_acts(int layer, int B, int T) const {
   const int64_t C = dims_.d_model;
   BlockActs a;
   a.ln1 = act(o.ln1, {B, T, C});
-  a.ln1_mean = act(o.ln1_mean, {B, T});
-  a.ln1_rstd = act(o.ln1_rstd, {B, T});
+  a.ln1_mean = act(o.ln1_mean, {B, T}, DType::F32);
+  a.ln1_rstd = act(o.ln1_rstd, {B, T}, DType::F32);
   a.qkv = act(o.qkv, {B, T, 3 * C});
   a.atty = act(o.atty, {B, T, C});
-  a.lse = act(o.lse, {B, dims_.n_head, T});
+  a.lse = act(o.lse, {B, dims_.n_head, T}, DType::F32);
   a.x_mid = act(o.x_mid, {B, T, C});
   a.ln2 = act(o.ln2, {B, T, C});
-  a.ln2_mean = act(o.ln2_mean, {B, T});
-  a.ln2_rstd = act(o.ln2_rstd, {B, T});
+  a.ln2_mean = act(o.ln2_mean, {B, T}, DType::F32);
+  a.ln2_rstd = act(o.ln2_rstd, {B, T}, DType::F32);
   a.fch = act(o.fch, {B, T, 4 * C});
   a.fch_gelu = act(o.fch_gelu, {B, T, 4 * C});
   return a;
 }
 
-Gpt::BlockParams Gpt::block_params(int layer, float* group_base) const {
+Gpt::BlockParams Gpt::block_params(int layer, void* group_base, DType dtype) const {
   const size_t first = kBlockFirstSpec + kBlockSpecs * static_cast<size_t>(layer);
-  auto get = [&](size_t k) { return group_view(group_base, specs_[first + k]); };
+  auto get = [&](size_t k) { return group_view(group_base, dtype, specs_[first + k]); };
   BlockParams b;
   b.ln1_w = get(0);
   b.ln1_b = get(1);
@@ -223,19 +245,21 @@ void Gpt::block_forward(const BlockParams& p, const BlockActs& a, Tensor input, 
 void Gpt::run_forward(int B, int T) {
   const int L = dims_.n_layer;
   const size_t lnf_spec = specs_.size() - 2;
-  float* emb = store_->acquire_params(0, Pass::Forward);
-  const Tensor wte = group_view(emb, specs_[0]);
+  void* emb = store_->acquire_params(0, Pass::Forward);
+  const Tensor wte = param_view(emb, specs_[0]);
   backend_.embedding_forward(residual(0, B, T), act(tokens_offset_, {B, T}, DType::I32), wte,
-                             group_view(emb, specs_[1]));
+                             param_view(emb, specs_[1]));
   for (int l = 0; l < L; ++l) {
-    float* block = store_->acquire_params(l + 1, Pass::Forward);
-    block_forward(block_params(l, block), block_acts(l, B, T), residual(l, B, T), residual(l + 1, B, T), true, B, T);
+    void* block = store_->acquire_params(l + 1, Pass::Forward);
+    block_forward(block_params(l, block, dtype_), block_acts(l, B, T), residual(l, B, T), residual(l + 1, B, T), true,
+                  B, T);
     store_->release_params(l + 1, Pass::Forward);
   }
-  float* final_ln = store_->acquire_params(L + 1, Pass::Forward);
+  void* final_ln = store_->acquire_params(L + 1, Pass::Forward);
   Tensor lnf = act(lnf_offset_, {B, T, dims_.d_model});
-  backend_.layernorm_forward(lnf, act(lnf_mean_offset_, {B, T}), act(lnf_rstd_offset_, {B, T}), residual(L, B, T),
-                             group_view(final_ln, specs_[lnf_spec]), group_view(final_ln, specs_[lnf_spec + 1]));
+  backend_.layernorm_forward(lnf, act(lnf_mean_offset_, {B, T}, DType::F32), act(lnf_rstd_offset_, {B, T}, DType::F32),
+                             residual(L, B, T), param_view(final_ln, specs_[lnf_spec]),
+                             param_view(final_ln, specs_[lnf_spec + 1]));
   store_->release_params(L + 1, Pass::Forward);
   // Tied head: logits (B·T, Vp) = ln_f(x) · wteᵀ.
   backend_.matmul(act(logits_offset_, {B, T, dims_.padded_vocab}), lnf, wte, Tensor(), false, /*trans_b=*/true, false);
@@ -248,7 +272,7 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   backward_ready_ = false;
   load_tokens(tokens, targets, B, T);
   run_forward(B, T);
-  Tensor losses = act(losses_offset_, {B, T});
+  Tensor losses = act(losses_offset_, {B, T}, DType::F32);
   backend_.softmax_cross_entropy(act(logits_offset_, {B, T, dims_.padded_vocab}), losses,
                                  act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, false, 0.0f);
   host_losses_.resize(static_cast<size_t>(B) * static_cast<size_t>(T));
@@ -304,30 +328,30 @@ void Gpt::backward(float dloss) {
   backend_.softmax_cross_entropy(logits, Tensor(), act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, true,
                                  dloss);
   // The embeddings stay acquired to the end: the tied head and the embedding both use wte.
-  float* emb = store_->acquire_params(0, Pass::Backward);
+  void* emb = store_->acquire_params(0, Pass::Backward);
   float* demb = store_->acquire_grads(0);
   Tensor& dlogits = logits;
   Tensor lnf = act(lnf_offset_, {B, T, C});
   Tensor dlnf = act(dnarrow_offset_, {B, T, C});
   Tensor dres = act(dresidual_offset_, {B, T, C});
-  backend_.matmul(dlnf, dlogits, group_view(emb, specs_[0]), Tensor(), false, false, false);
-  backend_.matmul(group_view(demb, specs_[0]), dlogits, lnf, Tensor(), /*trans_a=*/true, false, /*accumulate=*/true);
+  backend_.matmul(dlnf, dlogits, param_view(emb, specs_[0]), Tensor(), false, false, false);
+  backend_.matmul(grad_view(demb, specs_[0]), dlogits, lnf, Tensor(), /*trans_a=*/true, false, /*accumulate=*/true);
   backend_.zero(dres);
-  float* final_ln = store_->acquire_params(L + 1, Pass::Backward);
+  void* final_ln = store_->acquire_params(L + 1, Pass::Backward);
   float* dfinal_ln = store_->acquire_grads(L + 1);
-  backend_.layernorm_backward(dres, group_view(dfinal_ln, specs_[lnf_spec]), group_view(dfinal_ln, specs_[lnf_spec + 1]),
-                              dlnf, residual(L, B, T), group_view(final_ln, specs_[lnf_spec]),
-                              act(lnf_mean_offset_, {B, T}), act(lnf_rstd_offset_, {B, T}));
+  backend_.layernorm_backward(dres, grad_view(dfinal_ln, specs_[lnf_spec]), grad_view(dfinal_ln, specs_[lnf_spec + 1]),
+                              dlnf, residual(L, B, T), param_view(final_ln, specs_[lnf_spec]),
+                              act(lnf_mean_offset_, {B, T}, DType::F32), act(lnf_rstd_offset_, {B, T}, DType::F32));
   group_done(L + 1);
   for (int l = L - 1; l >= 0; --l) {
     const BlockActs a = block_acts(l, B, T);
-    const BlockParams p = block_params(l, store_->acquire_params(l + 1, Pass::Backward));
-    const BlockParams g = block_params(l, store_->acquire_grads(l + 1));
+    const BlockParams p = block_params(l, store_->acquire_params(l + 1, Pass::Backward), dtype_);
+    const BlockParams g = block_params(l, store_->acquire_grads(l + 1), DType::F32);
     if (recompute_ == ActivationRecompute::Full) block_forward(p, a, residual(l, B, T), Tensor(), false, B, T);
     block_backward(p, g, a, residual(l, B, T), dres, B, T);
     group_done(l + 1);
   }
-  backend_.embedding_backward(group_view(demb, specs_[0]), group_view(demb, specs_[1]), dres, tokens);
+  backend_.embedding_backward(grad_view(demb, specs_[0]), grad_view(demb, specs_[1]), dres, tokens);
   group_done(0);
 }
 

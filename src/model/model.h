@@ -69,13 +69,16 @@ enum class Pass { Forward, Backward };
 // Where parameters and gradients live. The model brackets every use of a group with
 // acquire/release, so an implementation may keep only a shard and fetch groups on demand.
 // Views returned for a group are laid out like the flat buffer's range of that group:
-// parameter `spec` starts at returned + (spec.offset − group.begin).
+// parameter `spec` starts at element (spec.offset − group.begin) of the returned view.
+// Parameters are the working copy in param_dtype() (F32, or BF16/F16 under mixed precision);
+// gradients are always fp32, so micro-batches accumulate without low-precision rounding.
 // Forward acquires groups in the order 0, 1, …, L + 1 (holding 0 until the logits are done);
 // backward in the order 0, L + 1, L, …, 1 (holding 0 until the embedding gradient is done).
 class ParamStore {
  public:
   virtual ~ParamStore() = default;
-  virtual float* acquire_params(int group, Pass pass) = 0;
+  virtual DType param_dtype() const { return DType::F32; }
+  virtual void* acquire_params(int group, Pass pass) = 0;
   virtual void release_params(int group, Pass pass) = 0;
   // Where backward accumulates the group's gradient (+=); release_grads says that the
   // gradient of the current backward for that group is complete.
@@ -83,29 +86,33 @@ class ParamStore {
   virtual void release_grads(int group) = 0;
 };
 
-// The default store: every parameter and gradient in two flat fp32 buffers. `capacity`
-// (≥ numel) lets a caller pad the buffers, e.g. to a multiple of the data-parallel size; the
-// padding stays zero.
+// The default store: every parameter in one flat buffer of `param_dtype`, every gradient in
+// one flat fp32 buffer. `capacity` (≥ numel) lets a caller pad the buffers, e.g. to a
+// multiple of the data-parallel size; the padding stays zero.
 class FlatParamStore final : public ParamStore {
  public:
-  FlatParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int64_t capacity = 0);
-  float* acquire_params(int group, Pass) override { return params_base() + groups_.at(static_cast<size_t>(group)).begin; }
+  FlatParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int64_t capacity = 0,
+                 DType param_dtype = DType::F32);
+  DType param_dtype() const override { return param_dtype_; }
+  void* acquire_params(int group, Pass) override {
+    return static_cast<char*>(params_.data()) + groups_.at(static_cast<size_t>(group)).begin * dtype_size(param_dtype_);
+  }
   void release_params(int, Pass) override {}
   float* acquire_grads(int group) override { return grads_base() + groups_.at(static_cast<size_t>(group)).begin; }
   void release_grads(int) override {}
 
   int64_t numel() const { return numel_; }
   int64_t capacity() const { return capacity_; }
-  Tensor params() const { return params_.view(0, DType::F32, {numel_}); }  // numel elements
+  Tensor params() const { return params_.view(0, param_dtype_, {numel_}); }  // numel elements
   Tensor grads() const { return grads_.view(0, DType::F32, {numel_}); }
-  Tensor padded_params() const { return params_.view(0, DType::F32, {capacity_}); }
+  Tensor padded_params() const { return params_.view(0, param_dtype_, {capacity_}); }
   Tensor padded_grads() const { return grads_.view(0, DType::F32, {capacity_}); }
 
  private:
-  float* params_base() const { return static_cast<float*>(params_.data()); }
   float* grads_base() const { return static_cast<float*>(grads_.data()); }
   std::vector<LayerGroup> groups_;
   int64_t numel_ = 0, capacity_ = 0;
+  DType param_dtype_ = DType::F32;
   Buffer params_, grads_;
 };
 
@@ -114,20 +121,24 @@ class Gpt {
   // Allocates activations for up to max_batch sequences of dims.seq_len tokens on the
   // backend's device. Without `store` the model owns a FlatParamStore (parameters start at
   // zero: call init_weights or load them); otherwise `store` (which must outlive the model)
-  // provides parameters and gradients.
+  // provides parameters and gradients. `dtype` is the working precision: the owned store's
+  // parameters, GEMM inputs and stored activations (and their gradients) are kept in it,
+  // while per-row statistics (layernorm mean/rstd, attention log-sum-exp, losses) stay fp32.
+  // An external store must hand out parameters of the same dtype (std::logic_error if not).
   Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute,
-      ParamStore* store = nullptr);
+      ParamStore* store = nullptr, DType dtype = DType::F32);
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   const GptDims& dims() const { return dims_; }
+  DType dtype() const { return dtype_; }
   const std::vector<ParamSpec>& params() const { return specs_; }
   const ParamSpec& param(const std::string& name) const;  // throws std::out_of_range naming it
   const std::vector<LayerGroup>& groups() const { return groups_; }
   // The flat views below need a FlatParamStore (the default); otherwise std::logic_error.
   bool has_flat_store() const { return flat_ != nullptr; }
-  Tensor params_flat();                                   // fp32, gpt_param_count elements
-  Tensor grads_flat();                                    // same layout as params_flat
+  Tensor params_flat();                                   // dtype(), gpt_param_count elements
+  Tensor grads_flat();                                    // fp32, same layout as params_flat
   Tensor param_tensor(const std::string& name);           // view with the spec's shape
   Tensor grad_tensor(const std::string& name);
 
@@ -137,7 +148,8 @@ class Gpt {
 
   // GPT-2 init: element i of tensor `name` is rng_normal(seed, rng_stream_id(name), i) · std
   // with std 0.02 (wte, wpe, c_attn, c_fc weights) or 0.02/√(2·n_layer) (c_proj weights);
-  // biases 0, LN weights 1; wte rows ≥ vocab_size 0. Independent of layout and rank.
+  // biases 0, LN weights 1; wte rows ≥ vocab_size 0. Independent of layout and rank. Values
+  // are rounded to dtype() when that is not fp32.
   void init_weights(uint64_t seed);
 
   // tokens/targets: (B, T) int32 row-major host arrays, B ≤ max_batch, T ≤ seq_len.
@@ -148,8 +160,8 @@ class Gpt {
   void backward(float dloss);
   void zero_grads();  // flat store only
 
-  // Inference: logits (B, T, padded_vocab) for tokens (B, T) (no loss); the view is valid
-  // until the next call. Invalidates a pending backward.
+  // Inference: logits (B, T, padded_vocab) in dtype() for tokens (B, T) (no loss); the view
+  // is valid until the next call. Invalidates a pending backward.
   Tensor forward_logits(const int32_t* tokens, int B, int T);
 
   size_t activation_bytes() const { return activations_.bytes(); }
@@ -179,16 +191,22 @@ class Gpt {
                       Tensor dresidual, int B, int T);
   BlockActs block_acts(int layer, int B, int T) const;
   // Views of block `layer`'s tensors inside a group view returned by the store.
-  BlockParams block_params(int layer, float* group_base) const;
-  Tensor group_view(float* group_base, const ParamSpec& spec) const;
+  BlockParams block_params(int layer, void* group_base, DType dtype) const;
+  // Parameter `spec` inside a group view of `dtype` (store parameters or fp32 gradients).
+  Tensor group_view(void* group_base, DType dtype, const ParamSpec& spec) const;
+  Tensor param_view(void* group_base, const ParamSpec& spec) const { return group_view(group_base, dtype_, spec); }
+  Tensor grad_view(float* group_base, const ParamSpec& spec) const { return group_view(group_base, DType::F32, spec); }
   FlatParamStore& flat_store() const;
   Tensor residual(int index, int B, int T) const;  // block `index`'s input; index L: last output
-  Tensor act(size_t offset, std::initializer_list<int64_t> dims, DType dtype = DType::F32) const;
+  // A view into the activation arena; by default in the working dtype.
+  Tensor act(size_t offset, std::initializer_list<int64_t> dims) const { return act(offset, dims, dtype_); }
+  Tensor act(size_t offset, std::initializer_list<int64_t> dims, DType dtype) const;
 
   GptDims dims_;
   Backend& backend_;
   int max_batch_;
   ActivationRecompute recompute_;
+  DType dtype_;
   std::vector<ParamSpec> specs_;
   std::unordered_map<std::string, size_t> spec_index_;
   std::vector<LayerGroup> groups_;

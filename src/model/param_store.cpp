@@ -80,10 +80,11 @@ void gpt_init_values(const GptDims& dims, const ParamSpec& spec, uint64_t seed, 
   });
 }
 
-FlatParamStore::FlatParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int64_t capacity)
-    : groups_(gpt_layer_groups(specs)), numel_(specs.back().offset + specs.back().numel) {
+FlatParamStore::FlatParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int64_t capacity,
+                               DType param_dtype)
+    : groups_(gpt_layer_groups(specs)), numel_(specs.back().offset + specs.back().numel), param_dtype_(param_dtype) {
   capacity_ = std::max(capacity, numel_);
-  params_ = backend.allocate(static_cast<size_t>(capacity_) * sizeof(float));
+  params_ = backend.allocate(static_cast<size_t>(capacity_) * dtype_size(param_dtype));
   grads_ = backend.allocate(static_cast<size_t>(capacity_) * sizeof(float));
 }
 

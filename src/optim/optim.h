@@ -1,6 +1,6 @@
 // Public header of src/optim: DeepSpeed-exact learning-rate schedules, the global
-// gradient-norm clip coefficient, and AdamW over a flat parameter buffer whose ranges
-// carry their own weight-decay flag.
+// gradient-norm clip coefficient, DeepSpeed's fp16 loss scaler, and AdamW over a flat
+// parameter buffer whose ranges carry their own weight-decay flag.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -46,6 +46,46 @@ class LrSchedule {
 // Multiplier applied to gradients so that their global L2 norm is at most max_norm
 // (torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), capped at 1; max_norm 0 = off).
 float clip_coefficient(double grad_norm, double max_norm);
+
+// ---- fp16 loss scaling ----------------------------------------------------------------
+// DeepSpeed's `fp16` keys (deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler).
+struct LossScalerSettings {
+  double static_scale = 0.0;  // fp16.loss_scale: > 0 fixes the scale; 0 = dynamic
+  int initial_scale_power = 16;
+  int64_t scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_scale = 1.0;
+};
+
+// Everything needed to resume the scaler exactly.
+struct LossScalerState {
+  double scale = 1.0;
+  int hysteresis_left = 2;               // DeepSpeed's cur_hysteresis
+  int64_t iteration = 0;                 // cur_iter: advances on every step, skipped or not
+  int64_t last_overflow_iteration = -1;  // last_overflow_iter
+};
+
+// The dynamic scaler follows DeepSpeed exactly: on overflow, if hysteresis is 1 (or the
+// budget is down to 1) the scale halves (never below min_scale), else the budget shrinks by
+// one; the overflow's iteration is remembered. Without overflow the budget is refilled
+// (every step with consecutive_hysteresis, else at each doubling) and the scale doubles
+// whenever (iteration − last overflow iteration) is a multiple of the window. A static scaler
+// never changes. Either way an overflowing step is the caller's to skip.
+class LossScaler {
+ public:
+  explicit LossScaler(const LossScalerSettings& settings);
+  double scale() const { return state_.scale; }
+  bool dynamic() const { return settings_.static_scale <= 0.0; }
+  // Records the outcome of one step (call once per step, after the overflow check).
+  void update(bool overflow);
+  const LossScalerState& state() const { return state_; }
+  void set_state(const LossScalerState& state) { state_ = state; }
+
+ private:
+  LossScalerSettings settings_;
+  LossScalerState state_;
+};
 
 // ---- AdamW -------------------------------------------------------------------------
 struct AdamWSettings {

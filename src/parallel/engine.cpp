@@ -1,7 +1,8 @@
 // The data-parallel engine: builds the model on the stage's parameter store, reduces
 // gradients bucket by bucket (all-reduce for stage 0, reduce-scatter into the owner's shard
 // for stages 1-2, per layer group inside the store for stage 3), and runs the AdamW step on
-// whatever this rank owns, followed by the parameter all-gather of stages 1-2.
+// whatever this rank owns, followed by the refresh of the working copy (the parameter
+// all-gather of stages 1-2; under mixed precision first the cast from the fp32 master).
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -31,11 +32,29 @@ std::vector<ParamRange> flat_ranges(const std::vector<ParamSpec>& specs) {
 
 Tensor f32_view(float* base, int64_t offset, int64_t count) { return Tensor(base + offset, DType::F32, {count}); }
 
+// Elements [offset, offset + count) of a buffer holding `dtype` elements.
+Tensor typed_view(const Buffer& buffer, DType dtype, int64_t offset, int64_t count) {
+  return buffer.view(static_cast<size_t>(offset) * dtype_size(dtype), dtype, {count});
+}
+
+// Outside fp16 the scaler is a fixed 1, so the same code path multiplies and divides by 1.
+LossScalerSettings scaler_settings(const EngineSettings& s) {
+  if (s.precision == DType::F16) return s.loss_scaler;
+  LossScalerSettings unit;
+  unit.static_scale = 1.0;
+  return unit;
+}
+
 }  // namespace
 
 Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
                ActivationRecompute recompute, const EngineSettings& settings)
-    : backend_(backend), dp_(dp), scalars_(scalars), dims_(dims), settings_(settings), specs_(gpt_param_specs(dims)) {
+    : backend_(backend), dp_(dp), scalars_(scalars), dims_(dims), settings_(settings), specs_(gpt_param_specs(dims)),
+      loss_scaler_(scaler_settings(settings)) {
+  if (settings.precision != DType::F32 && settings.precision != DType::BF16 && settings.precision != DType::F16) {
+    throw std::logic_error(std::string("Engine: precision must be F32, BF16 or F16, got ") +
+                           dtype_name(settings.precision));
+  }
   if (settings.zero_stage < 0 || settings.zero_stage > 3) {
     throw UserError("zero_optimization.stage: " + std::to_string(settings.zero_stage) + " is not a ZeRO stage (0-3)");
   }
@@ -50,8 +69,8 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
     for (const LayerGroup& g : groups) units.push_back({g.begin, g.end});
     partition_ = std::make_unique<FlatPartition>(units, p, dp.rank());
     sharded_store_ = std::make_unique<ShardedParamStore>(backend_, dp_, groups, *partition_, settings.overlap_comm,
-                                                         &times_.comm_wait);
-    model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, sharded_store_.get());
+                                                         &times_.comm_wait, settings.precision);
+    model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, sharded_store_.get(), settings.precision);
     optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
                                          partition_->shard_numel());
     return;
@@ -60,20 +79,24 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   // Stage 0 keeps everything replicated; its partition (one unit) only splits checkpoint writing.
   partition_ = std::make_unique<FlatPartition>(settings.zero_stage == 0 ? std::vector<FlatRange>{{0, n}} : bucket_ranges,
                                                p, dp.rank());
-  flat_store_ = std::make_unique<FlatParamStore>(backend_, specs_, round_up(n, p));
-  model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, flat_store_.get());
+  flat_store_ = std::make_unique<FlatParamStore>(backend_, specs_, round_up(n, p), settings.precision);
+  model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, flat_store_.get(), settings.precision);
   model_->set_grad_ready_callback([this](int group) { on_grad_ready(group); });
   for (size_t k = bucket_ranges.size(); k-- > 0;) {
     buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k, lowest_group(bucket_ranges[k], groups)});
   }
   in_flight_.resize(buckets_.size());
   if (settings.zero_stage == 0) {
+    if (mixed()) master_ = backend_.allocate(static_cast<size_t>(flat_store_->capacity()) * sizeof(float));
     optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, flat_ranges(specs_), n);
     return;
   }
   const size_t shard_bytes = static_cast<size_t>(partition_->shard_numel()) * sizeof(float);
   grad_shard_ = backend_.allocate(shard_bytes);
   param_shard_ = backend_.allocate(shard_bytes);
+  if (mixed()) {
+    work_shard_ = backend_.allocate(static_cast<size_t>(partition_->shard_numel()) * dtype_size(settings.precision));
+  }
   if (settings.zero_stage == 2) recv_ = backend_.allocate(shard_bytes);
   optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
                                        partition_->shard_numel());
@@ -89,17 +112,59 @@ float* Engine::flat_params() const { return flat_store_->padded_params().f32(); 
 float* Engine::flat_grads() const { return flat_store_->padded_grads().f32(); }
 
 void Engine::init_weights(uint64_t seed) {
-  if (flat_store_) {
+  if (flat_store_ && !mixed()) {
     model_->init_weights(seed);
     return;
   }
-  float* shard = sharded_store_->params().f32();
-  for (const OwnedRun& run : partition_->owned_runs()) {
-    for (const SpecSlice& s : slices_by_spec(specs_, run.flat_begin, run.count)) {
-      gpt_init_values(dims_, *s.spec, seed, s.begin, s.count, shard + run.shard_offset + s.span_offset);
+  // Whatever fp32 parameters this rank holds get their slices of the initial values.
+  for (const FlatSpan& span : held_spans(StateKind::Params)) {
+    for (const SpecSlice& s : slices_by_spec(specs_, span.flat_begin, span.count)) {
+      gpt_init_values(dims_, *s.spec, seed, s.begin, s.count, span.data + s.span_offset);
     }
   }
-  sharded_store_->invalidate_params();
+  refresh_working_params();
+}
+
+Tensor Engine::master_params() const {
+  const int64_t shard = partition_->shard_numel();
+  switch (settings_.zero_stage) {
+    case 0: return mixed() ? master_.view(0, DType::F32, {partition_->numel()}) : model_->params_flat();
+    case 1:
+    case 2: return param_shard_.view(0, DType::F32, {shard});
+    default: return sharded_store_->params();
+  }
+}
+
+void Engine::refresh_working_params() {
+  if (sharded_store_) {
+    sharded_store_->invalidate_params();
+    return;
+  }
+  const DType work = settings_.precision;
+  if (settings_.zero_stage == 0) {
+    // fp32: the model's flat parameters are the master; nothing to refresh.
+    if (mixed()) backend_.cast(master_.view(0, DType::F32, {flat_store_->capacity()}), flat_store_->padded_params());
+    return;
+  }
+  const int64_t shard = partition_->shard_numel();
+  if (mixed()) backend_.cast(param_shard_.view(0, DType::F32, {shard}), work_shard_.view(0, work, {shard}));
+  const Buffer& source = mixed() ? work_shard_ : param_shard_;
+  const Tensor flat = flat_store_->padded_params();
+  std::vector<CommHandle> gathers;
+  for (const PartitionUnit& u : partition_->units()) {
+    const Tensor into(static_cast<char*>(flat.data) + static_cast<size_t>(u.begin) * dtype_size(work), work, {u.padded},
+                      flat.device);
+    gathers.push_back(dp_.all_gather_async(typed_view(source, work, u.shard_offset, u.piece), into));
+  }
+  const Timer wait;
+  for (CommHandle& h : gathers) h->wait();
+  times_.comm_wait += wait.seconds();
+}
+
+void Engine::params_loaded() {
+  // fp32 stages 0-2 loaded straight into the model's flat parameters: they are current.
+  if (flat_store_ && !mixed()) return;
+  refresh_working_params();
 }
 
 void Engine::begin_step(int micro_batches) {
@@ -129,7 +194,8 @@ float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, i
   const float loss = model_->forward(tokens, targets, B, T);
   times_.forward += t.seconds();
   t.reset();
-  model_->backward(dloss);
+  // The scale is a power of two (or 1), so scaling dloss adds no rounding of its own.
+  model_->backward(static_cast<float>(dloss * loss_scaler_.scale()));
   if (reducing_) {
     // Without overlap nothing was issued during backward; with it, whatever is left.
     while (next_bucket_ < buckets_.size()) issue_reduction(next_bucket_++);
@@ -197,28 +263,30 @@ void Engine::finish_reduction() {
   times_.backward += t.seconds();
 }
 
-double Engine::apply(double lr) {
+StepOutcome Engine::apply(double lr) {
   const Timer t;
   double norm_squared = 0.0;
-  Tensor params, grads;
+  const Tensor params = master_params();
+  Tensor grads;
   const int64_t shard = partition_->shard_numel();
   switch (settings_.zero_stage) {
     case 0:
-      params = model_->params_flat();
       grads = model_->grads_flat();
       // Replicated: every rank computes the same sum over the same values.
       norm_squared = backend_.sum_squares(grads);
       break;
     case 1:
     case 2:
-      params = param_shard_.view(0, DType::F32, {shard});
       grads = grad_shard_.view(0, DType::F32, {shard});
-      for (const OwnedRun& run : partition_->owned_runs()) {
-        backend_.copy(f32_view(flat_params(), run.flat_begin, run.count), f32_view(params.f32(), run.shard_offset, run.count));
+      if (!mixed()) {
+        // fp32: the model's flat parameters are the master; update the owned part in shard layout.
+        for (const OwnedRun& run : partition_->owned_runs()) {
+          backend_.copy(f32_view(flat_params(), run.flat_begin, run.count),
+                        f32_view(params.f32(), run.shard_offset, run.count));
+        }
       }
       break;
     default:
-      params = sharded_store_->params();
       grads = sharded_store_->grads();
       break;
   }
@@ -227,49 +295,57 @@ double Engine::apply(double lr) {
     // rank order, the total is the same on every rank.
     for (double part : all_gather_doubles(scalars_, {backend_.sum_squares(grads)})) norm_squared += part;
   }
-  const double norm = std::sqrt(norm_squared);
-  const float clip = clip_coefficient(norm, settings_.gradient_clipping);
-  optimizer_->step(params, grads, static_cast<float>(lr), clip);
-  if (settings_.zero_stage == 1 || settings_.zero_stage == 2) {
-    std::vector<CommHandle> gathers;
-    for (const PartitionUnit& u : partition_->units()) {
-      gathers.push_back(dp_.all_gather_async(f32_view(params.f32(), u.shard_offset, u.piece),
-                                             f32_view(flat_params(), u.begin, u.padded)));
-    }
-    const Timer wait;
-    for (CommHandle& h : gathers) h->wait();
-    times_.comm_wait += wait.seconds();
+  StepOutcome out;
+  out.loss_scale = loss_scaler_.scale();
+  // Any inf/nan in any rank's gradient makes the global sum of squares non-finite, and every
+  // rank holds the same sum: the ranks agree on the overflow without a collective of its own.
+  const bool fp16 = settings_.precision == DType::F16;
+  out.skipped = fp16 && !std::isfinite(norm_squared);
+  if (fp16) loss_scaler_.update(out.skipped);
+  out.next_loss_scale = loss_scaler_.scale();
+  out.grad_norm = std::sqrt(norm_squared) / out.loss_scale;
+  if (!out.skipped) {
+    const float clip = clip_coefficient(out.grad_norm, settings_.gradient_clipping);
+    // One multiplier unscales and clips; the scale is a power of two, so nothing is lost.
+    optimizer_->step(params, grads, static_cast<float>(lr), static_cast<float>(clip / out.loss_scale));
+    refresh_working_params();
   }
-  if (sharded_store_) sharded_store_->invalidate_params();
   times_.optimizer += t.seconds();
-  return norm;
+  return out;
 }
 
 EngineMemory Engine::memory() const {
   const int64_t f = sizeof(float);
-  const int64_t shard = partition_->shard_numel() * f;
+  const int64_t w = static_cast<int64_t>(dtype_size(settings_.precision));
+  const int64_t shard = partition_->shard_numel();
   EngineMemory m;
   m.optimizer = static_cast<int64_t>(optimizer_->state_bytes());
   switch (settings_.zero_stage) {
     case 0:
-      m.params = flat_store_->capacity() * f;
+      m.params = flat_store_->capacity() * w;
       m.grads = flat_store_->capacity() * f;
+      if (mixed()) m.optimizer += static_cast<int64_t>(master_.bytes());
       break;
     case 1:
-      m.params = flat_store_->capacity() * f;
-      m.grads = flat_store_->capacity() * f;
-      m.workspace = 2 * shard;  // reduced gradient shard, parameter shard for the update
-      break;
     case 2:
-      m.params = flat_store_->capacity() * f;
-      m.grads = shard;
-      // The full-size gradient scratch of one micro-batch, the reduce-scatter landing area and
-      // the parameter shard for the update.
-      m.workspace = flat_store_->capacity() * f + 2 * shard;
+      m.params = flat_store_->capacity() * w;
+      m.grads = settings_.zero_stage == 1 ? flat_store_->capacity() * f : shard * f;
+      // Stage 1: the reduced gradient shard; stage 2: the full-size gradient scratch of one
+      // micro-batch and the reduce-scatter landing area. Both: the shard the parameters are
+      // gathered from (fp32: the parameters in shard layout for the update; mixed: the
+      // rounded master, while the master itself is optimizer state).
+      m.workspace = settings_.zero_stage == 1 ? shard * f : flat_store_->capacity() * f + shard * f;
+      if (mixed()) {
+        m.optimizer += shard * f;
+        m.workspace += shard * w;
+      } else {
+        m.workspace += shard * f;
+      }
       break;
     default:
       m.params = sharded_store_->persistent_param_bytes();
-      m.grads = shard;
+      m.grads = shard * f;
+      m.optimizer += sharded_store_->master_param_bytes();
       m.workspace = sharded_store_->workspace_bytes();
       break;
   }
@@ -287,7 +363,11 @@ std::vector<FlatSpan> Engine::spans_of(const std::vector<OwnedRun>& runs, float*
 std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
   const std::vector<OwnedRun> runs = partition_->owned_runs();
   if (kind == StateKind::Params) {
-    return sharded_store_ ? spans_of(runs, nullptr, sharded_store_->params().f32()) : spans_of(runs, flat_params(), nullptr);
+    // The fp32 parameters: the model's own in fp32 at stages 0-2; otherwise the master, flat at
+    // stage 0 and in shard layout at stages 1-3.
+    if (flat_store_ && !mixed()) return spans_of(runs, flat_params(), nullptr);
+    float* master = master_params().f32();
+    return settings_.zero_stage == 0 ? spans_of(runs, master, nullptr) : spans_of(runs, nullptr, master);
   }
   float* state = (kind == StateKind::ExpAvg ? optimizer_->exp_avg() : optimizer_->exp_avg_sq()).f32();
   // Stage 0's Adam state is laid out flat; the others' like the shard.
@@ -297,7 +377,8 @@ std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
 std::vector<FlatSpan> Engine::held_spans(StateKind kind) {
   const int64_t n = partition_->numel();
   if (kind == StateKind::Params) {
-    if (flat_store_) return {{0, n, flat_params()}};
+    if (flat_store_ && !mixed()) return {{0, n, flat_params()}};
+    if (settings_.zero_stage == 0) return {{0, n, master_params().f32()}};
     return saved_spans(kind);
   }
   if (settings_.zero_stage == 0) {

@@ -1,6 +1,7 @@
 // Public header of src/parallel: the data-parallel engine with ZeRO stages 0-3 — partition
 // and bucket arithmetic over the model's flat layout, the sharded parameter store of stage 3,
-// and the Engine that runs micro-batches, reduces gradients and steps the optimizer.
+// and the Engine that runs micro-batches, reduces gradients and steps the optimizer, in fp32
+// or mixed precision (bf16/fp16 working copy, fp32 master weights, fp16 loss scaling).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -93,12 +94,28 @@ struct EngineSettings {
   int64_t reduce_bucket_size = 500000000;  // elements
   AdamWSettings adamw;
   double gradient_clipping = 0.0;  // 0 = off
+  // F32; BF16 or F16: the model's parameters and activations in that dtype, with fp32 master
+  // weights, gradient accumulation and Adam state. F16 adds loss scaling (loss_scaler).
+  DType precision = DType::F32;
+  LossScalerSettings loss_scaler;
 };
 
 // Bytes this rank holds persistently; workspace is the transient memory the stage declares
 // (staging for collectives, stage 2's full-size gradient scratch, stage 3's gathered groups).
+// params is the working copy the model reads (2 bytes per element under mixed precision);
+// the fp32 master copy, when separate, counts as optimizer state with Adam's m and v.
 struct EngineMemory {
   int64_t params = 0, grads = 0, optimizer = 0, workspace = 0;
+};
+
+// What Engine::apply did. grad_norm is the unscaled global norm before clipping (not finite
+// when an fp16 step overflowed); loss_scale is the scale the step's gradients carried and
+// next_loss_scale the one the next step uses (both 1 outside fp16).
+struct StepOutcome {
+  double grad_norm = 0.0;
+  bool skipped = false;  // fp16 overflow: no optimizer step (nor, for the caller, LR step)
+  double loss_scale = 1.0;
+  double next_loss_scale = 1.0;
 };
 
 // Seconds since begin_step; comm_wait is time blocked on DP collectives (included in the
@@ -131,6 +148,7 @@ class Engine {
 
   Gpt& model() { return *model_; }
   int zero_stage() const { return settings_.zero_stage; }
+  DType precision() const { return settings_.precision; }
   const FlatPartition& partition() const { return *partition_; }
   void init_weights(uint64_t seed);
 
@@ -138,21 +156,31 @@ class Engine {
   // finish_reduction, apply.
   void begin_step(int micro_batches);
   // Forward and backward of one micro-batch (B, T); returns its mean loss. dloss is the weight
-  // of each token's loss in the global objective (1 / tokens of the global batch).
+  // of each token's loss in the global objective (1 / tokens of the global batch); with fp16
+  // the backward runs on dloss × loss scale.
   float micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss);
-  // Waits for every reduction; afterwards with stage 0 model().grads_flat() is the global gradient.
+  // Waits for every reduction; afterwards with stage 0 model().grads_flat() is the global
+  // gradient (times loss_scale() under fp16).
   void finish_reduction();
-  // Global gradient norm (before clipping), clipping, AdamW with `lr`, and for stages 1-2 the
-  // all-gather of the updated parameters. Returns the norm.
-  double apply(double lr);
+  // Global gradient norm (before clipping); under fp16 the overflow check (a non-finite norm:
+  // the norm is assembled from every rank's gradients, so all ranks agree) and the loss-scale
+  // update; unless the step overflowed, unscaling, clipping, AdamW with `lr` on the fp32
+  // master, and the refresh of the working copy (cast, and the all-gather of stages 1-2).
+  StepOutcome apply(double lr);
+  double loss_scale() const { return loss_scaler_.scale(); }
+  const LossScalerState& loss_scaler_state() const { return loss_scaler_.state(); }
+  void set_loss_scaler_state(const LossScalerState& state) { loss_scaler_.set_state(state); }
 
   const EngineTimes& times() const { return times_; }
   EngineMemory memory() const;
 
-  // Checkpoint state. saved_spans: what this rank writes (disjoint across DP ranks, together
-  // covering [0, N)). held_spans: everything this rank holds and must fill when loading.
+  // Checkpoint state (parameters: the fp32 master). saved_spans: what this rank writes
+  // (disjoint across DP ranks, together covering [0, N)). held_spans: everything this rank
+  // holds and must fill when loading; then call params_loaded (collective).
   std::vector<FlatSpan> saved_spans(StateKind kind);
   std::vector<FlatSpan> held_spans(StateKind kind);
+  // Re-derives the working copy from the master parameters written through held_spans.
+  void params_loaded();
   int64_t optimizer_steps() const { return optimizer_->steps_taken(); }
   void set_optimizer_steps(int64_t steps) { optimizer_->set_steps_taken(steps); }
 
@@ -166,7 +194,12 @@ class Engine {
   void issue_reduction(size_t bucket_index);
   void wait_reductions();
   std::vector<FlatSpan> spans_of(const std::vector<OwnedRun>& runs, float* flat, float* shard) const;
-  float* flat_params() const;
+  bool mixed() const { return settings_.precision != DType::F32; }
+  // The fp32 parameters the optimizer updates: flat (stage 0) or the shard (stages 1-3).
+  Tensor master_params() const;
+  // After master_params changed: cast into the working copy and, at stages 1-2, all-gather it.
+  void refresh_working_params();
+  float* flat_params() const;  // fp32 only: the model's flat parameters
   float* flat_grads() const;
 
   Backend& backend_;
@@ -180,6 +213,7 @@ class Engine {
   std::unique_ptr<ShardedParamStore> sharded_store_;  // stage 3
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<AdamW> optimizer_;
+  LossScaler loss_scaler_;
 
   std::vector<Bucket> buckets_;  // reduction order: last bucket of the layout first
   std::vector<CommHandle> in_flight_;
@@ -189,7 +223,9 @@ class Engine {
 
   Buffer grad_shard_;    // stage 1: reduced gradient shard; stage 2: accumulated gradient shard
   Buffer recv_;          // stage 2: one micro-batch's reduce-scatter output
-  Buffer param_shard_;   // stages 1-2: owned parameters in shard layout for the update
+  Buffer param_shard_;   // stages 1-2: owned fp32 parameters in shard layout (the master when mixed)
+  Buffer master_;        // stage 0, mixed precision: the fp32 master of the flat layout
+  Buffer work_shard_;    // stages 1-2, mixed precision: param_shard_ rounded, the all-gather source
   int micro_batches_ = 1, micro_index_ = 0;
   EngineTimes times_;
 };

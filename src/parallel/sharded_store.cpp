@@ -1,6 +1,6 @@
 // ZeRO-3 parameter store: layer groups are all-gathered on demand (the next group of the
-// pass is prefetched into the second slot) and their gradients reduce-scattered into the
-// shard accumulator as soon as backward releases them.
+// pass is prefetched into the second slot) in the working dtype, and their fp32 gradients
+// reduce-scattered into the shard accumulator as soon as backward releases them.
 #include "parallel/sharded_store.h"
 
 #include <algorithm>
@@ -9,24 +9,26 @@
 namespace strata {
 
 ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups,
-                                     const FlatPartition& partition, bool overlap, double* comm_wait_seconds)
+                                     const FlatPartition& partition, bool overlap, double* comm_wait_seconds,
+                                     DType work_dtype)
     : backend_(backend), dp_(dp), groups_(groups), units_(partition.units()), overlap_(overlap),
-      comm_wait_(comm_wait_seconds), shard_numel_(partition.shard_numel()) {
+      comm_wait_(comm_wait_seconds), work_dtype_(work_dtype), shard_numel_(partition.shard_numel()) {
   if (units_.size() != groups_.size()) throw std::logic_error("ShardedParamStore: one partition unit per layer group");
   const size_t shard_bytes = static_cast<size_t>(shard_numel_) * sizeof(float);
   params_ = backend_.allocate(shard_bytes);
   grads_ = backend_.allocate(shard_bytes);
   recv_ = backend_.allocate(shard_bytes);
+  if (mixed()) work_params_ = backend_.allocate(static_cast<size_t>(shard_numel_) * dtype_size(work_dtype_));
   int64_t widest_layer = 0;
   for (size_t g = 1; g < units_.size(); ++g) widest_layer = std::max(widest_layer, units_[g].padded);
-  auto make_pool = [&](std::vector<Slot>& pool, int count, int64_t elements) {
+  auto make_pool = [&](std::vector<Slot>& pool, int count, int64_t elements, DType dtype) {
     pool.resize(static_cast<size_t>(count));
-    for (Slot& s : pool) s.buffer = backend_.allocate(static_cast<size_t>(elements) * sizeof(float));
+    for (Slot& s : pool) s.buffer = backend_.allocate(static_cast<size_t>(elements) * dtype_size(dtype));
   };
-  make_pool(embed_params_, 1, units_[0].padded);
-  make_pool(embed_grads_, 1, units_[0].padded);
-  make_pool(layer_params_, 2, widest_layer);
-  make_pool(layer_grads_, 2, widest_layer);
+  make_pool(embed_params_, 1, units_[0].padded, work_dtype_);
+  make_pool(embed_grads_, 1, units_[0].padded, DType::F32);
+  make_pool(layer_params_, 2, widest_layer, work_dtype_);
+  make_pool(layer_grads_, 2, widest_layer, DType::F32);
 }
 
 ShardedParamStore::~ShardedParamStore() {
@@ -46,9 +48,9 @@ int64_t ShardedParamStore::workspace_bytes() const {
   return bytes;
 }
 
-Tensor ShardedParamStore::piece(const Buffer& shard, int group) const {
+Tensor ShardedParamStore::piece(const Buffer& shard, DType dtype, int group) const {
   const PartitionUnit& u = units_[static_cast<size_t>(group)];
-  return shard.view(static_cast<size_t>(u.shard_offset) * sizeof(float), DType::F32, {u.piece});
+  return shard.view(static_cast<size_t>(u.shard_offset) * dtype_size(dtype), dtype, {u.piece});
 }
 
 void ShardedParamStore::timed_wait(CommHandle& handle) {
@@ -83,7 +85,8 @@ ShardedParamStore::Slot& ShardedParamStore::free_slot(std::vector<Slot>& pool, i
 void ShardedParamStore::start_gather(Slot& slot, int group) {
   const PartitionUnit& u = units_[static_cast<size_t>(group)];
   slot.group = group;
-  slot.pending = dp_.all_gather_async(piece(params_, group), slot.buffer.view(0, DType::F32, {u.padded}));
+  const Tensor source = mixed() ? piece(work_params_, work_dtype_, group) : piece(params_, DType::F32, group);
+  slot.pending = dp_.all_gather_async(source, slot.buffer.view(0, work_dtype_, {u.padded}));
 }
 
 int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
@@ -93,7 +96,7 @@ int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
   return group > 1 ? group - 1 : -1;
 }
 
-float* ShardedParamStore::acquire_params(int group, Pass pass) {
+void* ShardedParamStore::acquire_params(int group, Pass pass) {
   Slot* slot = find_param_slot(group);
   if (!slot) {
     slot = &free_slot(is_embedding(group) ? embed_params_ : layer_params_, group);
@@ -110,7 +113,7 @@ float* ShardedParamStore::acquire_params(int group, Pass pass) {
       }
     }
   }
-  return static_cast<float*>(slot->buffer.data());
+  return slot->buffer.data();
 }
 
 void ShardedParamStore::release_params(int group, Pass) {
@@ -124,8 +127,8 @@ void ShardedParamStore::release_params(int group, Pass) {
 void ShardedParamStore::settle_grad_slot(Slot& slot) {
   if (slot.group < 0) return;
   if (slot.pending) timed_wait(slot.pending);
-  Tensor acc = piece(grads_, slot.group);
-  backend_.add(acc, acc, piece(recv_, slot.group));
+  Tensor acc = piece(grads_, DType::F32, slot.group);
+  backend_.add(acc, acc, piece(recv_, DType::F32, slot.group));
   slot.group = -1;
 }
 
@@ -165,7 +168,8 @@ void ShardedParamStore::release_grads(int group) {
       s.in_use = false;
       s.issued = ++reductions_issued_;
       const PartitionUnit& u = units_[static_cast<size_t>(group)];
-      s.pending = dp_.reduce_scatter_async(s.buffer.view(0, DType::F32, {u.padded}), piece(recv_, group), ReduceOp::Sum);
+      s.pending = dp_.reduce_scatter_async(s.buffer.view(0, DType::F32, {u.padded}), piece(recv_, DType::F32, group),
+                                           ReduceOp::Sum);
       if (!overlap_) settle_grad_slot(s);
       return;
     }
@@ -194,6 +198,7 @@ void ShardedParamStore::invalidate_params() {
       s.in_use = false;
     }
   }
+  if (mixed()) backend_.cast(params(), work_params_.view(0, work_dtype_, {shard_numel_}));
 }
 
 }  // namespace strata

@@ -1,7 +1,8 @@
 // Private to src/parallel: the ZeRO-3 parameter store. Parameters, the gradient accumulator
 // and the reduce-scatter landing area are shards (one piece of every layer group); a group is
 // all-gathered into a workspace slot when the model acquires it and reduce-scattered when
-// backward releases its gradient.
+// backward releases its gradient. Under mixed precision the fp32 shard is the master copy and
+// a second, 16-bit shard is what gets gathered, so parameter traffic is halved.
 #pragma once
 #include <array>
 #include <vector>
@@ -12,12 +13,14 @@ namespace strata {
 
 class ShardedParamStore final : public ParamStore {
  public:
-  // `partition` must have one unit per layer group, in group order.
+  // `partition` must have one unit per layer group, in group order. `work_dtype` is the
+  // dtype the model sees (F32, BF16 or F16).
   ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups, const FlatPartition& partition,
-                    bool overlap, double* comm_wait_seconds);
+                    bool overlap, double* comm_wait_seconds, DType work_dtype);
   ~ShardedParamStore() override;
 
-  float* acquire_params(int group, Pass pass) override;
+  DType param_dtype() const override { return work_dtype_; }
+  void* acquire_params(int group, Pass pass) override;
   void release_params(int group, Pass pass) override;
   float* acquire_grads(int group) override;
   void release_grads(int group) override;
@@ -26,12 +29,16 @@ class ShardedParamStore final : public ParamStore {
   void begin_step();
   // Waits for every gradient reduction in flight and accumulates it.
   void finish_reductions();
-  // Also drops gathered parameters (they are stale once the shard is updated).
+  // To call after params() changed (optimizer step, init, load): drops gathered parameters
+  // (they are stale) and, under mixed precision, rounds the master shard into the working shard.
   void invalidate_params();
 
+  // The fp32 shard the optimizer updates and checkpoints hold (the master copy when mixed).
   Tensor params() const { return params_.view(0, DType::F32, {shard_numel_}); }
   Tensor grads() const { return grads_.view(0, DType::F32, {shard_numel_}); }
-  int64_t persistent_param_bytes() const { return shard_numel_ * 4; }
+  // The working shard (the one gathered) and, when it is a separate copy, the fp32 master.
+  int64_t persistent_param_bytes() const { return shard_numel_ * static_cast<int64_t>(dtype_size(work_dtype_)); }
+  int64_t master_param_bytes() const { return mixed() ? shard_numel_ * 4 : 0; }
   int64_t workspace_bytes() const;
 
  private:
@@ -43,13 +50,14 @@ class ShardedParamStore final : public ParamStore {
     int64_t issued = 0;  // grad slots: order of the reduce-scatter, so the oldest settles first
   };
   bool is_embedding(int group) const { return group == 0; }
+  bool mixed() const { return work_dtype_ != DType::F32; }
   Slot* find_param_slot(int group);
   Slot& free_slot(std::vector<Slot>& pool, int group);
   void start_gather(Slot& slot, int group);
   void settle_grad_slot(Slot& slot);  // waits for its reduce-scatter and accumulates it
   void timed_wait(CommHandle& handle);
   int next_in_sequence(int group, Pass pass) const;
-  Tensor piece(const Buffer& shard, int group) const;
+  Tensor piece(const Buffer& shard, DType dtype, int group) const;
 
   Backend& backend_;
   Comm& dp_;
@@ -57,9 +65,11 @@ class ShardedParamStore final : public ParamStore {
   std::vector<PartitionUnit> units_;
   bool overlap_;
   double* comm_wait_;
+  DType work_dtype_;
   int64_t shard_numel_ = 0;
   int64_t reductions_issued_ = 0;
   Buffer params_, grads_, recv_;
+  Buffer work_params_;  // mixed precision: params_ rounded to work_dtype_, the gather source
   // Pools: slot 0 holds the embeddings; the others, two each, hold blocks and ln_f so that
   // one group can arrive while the previous one is in use.
   std::vector<Slot> embed_params_, layer_params_, embed_grads_, layer_grads_;

@@ -40,11 +40,17 @@ std::string sample_text(Gpt& model, const std::string& prompt, int count, Rng& r
   std::vector<int32_t> tokens = byte_encode(prompt.empty() ? std::string("\n") : prompt);
   const size_t prompt_length = prompt.empty() ? 0 : tokens.size();
   std::vector<double> probs(static_cast<size_t>(dims.vocab_size));
+  std::vector<float> last_row;
   for (int i = 0; i < count; ++i) {
     const size_t context = std::min<size_t>(tokens.size(), static_cast<size_t>(dims.seq_len));
     const int32_t* window = tokens.data() + (tokens.size() - context);
     const Tensor logits = model.forward_logits(window, 1, static_cast<int>(context));
-    const float* last = logits.f32() + (context - 1) * static_cast<size_t>(dims.padded_vocab);
+    // The last position's logits, in fp32 whatever the model's working dtype.
+    const size_t vp = static_cast<size_t>(dims.padded_vocab);
+    last_row.resize(vp);
+    convert_elements(static_cast<const char*>(logits.data) + (context - 1) * vp * dtype_size(logits.dtype),
+                     logits.dtype, last_row.data(), DType::F32, vp);
+    const float* last = last_row.data();
     const double max_logit = *std::max_element(last, last + dims.vocab_size);
     double total = 0;
     for (int v = 0; v < dims.vocab_size; ++v) total += probs[static_cast<size_t>(v)] = std::exp(last[v] - max_logit);

@@ -21,6 +21,10 @@ struct StepMetrics {
   // wall_clock_breakdown phases (seconds), negative when not measured; comm_wait is the time
   // blocked on data-parallel collectives, part of the phase it happened in
   double forward_seconds = -1, backward_seconds = -1, comm_wait_seconds = -1, optimizer_seconds = -1;
+  // fp16: the loss scale the step's gradients carried (< 0 outside fp16) and whether an
+  // overflow skipped the optimizer step
+  double loss_scale = -1;
+  bool skipped = false;
   // Payload bytes per communicator and operation during the step, e.g. {"dp.all_reduce": 1024}
   nlohmann::json comm;
 };

@@ -56,6 +56,14 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.reduce_bucket_size = z.reduce_bucket_size;
   s.adamw = adamw_from_config(cfg);
   s.gradient_clipping = cfg.gradient_clipping;
+  s.precision = cfg.fp16.enabled ? DType::F16 : cfg.bf16.enabled ? DType::BF16 : DType::F32;
+  const Fp16Config& f = cfg.fp16;
+  s.loss_scaler.static_scale = f.loss_scale;
+  s.loss_scaler.initial_scale_power = f.initial_scale_power;
+  s.loss_scaler.scale_window = f.loss_scale_window;
+  s.loss_scaler.hysteresis = f.hysteresis;
+  s.loss_scaler.consecutive_hysteresis = f.consecutive_hysteresis;
+  s.loss_scaler.min_scale = f.min_loss_scale;
   return s;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
@@ -28,6 +29,7 @@ struct LoopState {
   int64_t scheduler_iteration = -1; // LrSchedule::iteration()
   int64_t optimizer_steps = 0;      // AdamW::steps_taken()
   RngState sample_rng;
+  std::optional<LossScalerState> loss_scaler;  // fp16 runs only
 };
 
 nlohmann::json model_meta(const GptDims& dims);
@@ -35,11 +37,13 @@ nlohmann::json model_meta(const GptDims& dims);
 std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Engine& engine,
                                      const SaveContext& context);
 // Loads parameters and optimizer state into the engine laid out as now (any DP size and ZeRO
-// stage may have saved them); returns the loop state. Throws UserError when the checkpoint's
-// model does not match.
+// stage may have saved them), re-derives its working copy and, for an fp16 run, restores the
+// loss scaler when the checkpoint has one; returns the loop state. Collective over the DP
+// group. Throws UserError when the checkpoint's model does not match.
 LoopState load_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank);
-// Writes grads with HF names (wte cut to vocab_size rows) to a safetensors file.
-void dump_gradients(const std::string& path, Gpt& model);
+// Writes grads with HF names (wte cut to vocab_size rows) to a safetensors file, divided by
+// the loss scale they carry (fp16) so that they are the true gradients.
+void dump_gradients(const std::string& path, Gpt& model, double loss_scale);
 
 // Mean loss over `batches` micro-batches read from the start of the split. The ranks of `comm`
 // share the batches and gather the per-batch losses, summed in batch order, so the result is

@@ -1,11 +1,13 @@
-// Checkpoint contents of a training run: fp32 parameters ("model.<HF name>"), Adam moments
-// ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>") as flat ranges of each tensor cut from
-// whatever this rank owns under its ZeRO layout, and the loop state (step, schedule, optimizer
-// step count, sampling RNG), with the config and layout in the manifest. Loading reads the
-// ranges the current layout needs, whatever layout saved them.
+// Checkpoint contents of a training run: fp32 parameters ("model.<HF name>", the master copy
+// under mixed precision), Adam moments ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>") as
+// flat ranges of each tensor cut from whatever this rank owns under its ZeRO layout, and the
+// loop state (step, schedule, optimizer step count, fp16 loss scaler, sampling RNG), with the
+// config and layout in the manifest. Loading reads the ranges the current layout needs,
+// whatever layout (or precision) saved them.
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "train/train_internal.h"
 
@@ -66,7 +68,7 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
   }
   const nlohmann::json rank_state = {
       {"sample_rng", {{"seed", state.sample_rng.seed}, {"stream", state.sample_rng.stream}, {"counter", state.sample_rng.counter}}}};
-  const nlohmann::json meta = {
+  nlohmann::json meta = {
       {"strata_version", STRATA_VERSION},
       {"step", step},
       {"scheduler_iteration", state.scheduler_iteration},
@@ -76,6 +78,14 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
       {"layout", {{"world_size", cfg.derived.world_size}, {"dp", cfg.derived.dp_size}, {"tp", cfg.derived.tp_size},
                   {"pp", cfg.derived.pp_size}, {"zero_stage", cfg.zero_optimization.stage}}},
       {"config", config_to_yaml(cfg)}};
+  if (state.loss_scaler) {
+    const LossScalerState& ls = *state.loss_scaler;
+    // nlohmann writes doubles so that they read back bit-exact: the resume is exact.
+    meta["loss_scaler"] = {{"scale", ls.scale},
+                           {"hysteresis_left", ls.hysteresis_left},
+                           {"iteration", ls.iteration},
+                           {"last_overflow_iteration", ls.last_overflow_iteration}};
+  }
   return save_checkpoint(cfg.checkpoint.dir, step, context, pieces, rank_state, meta, cfg.checkpoint.keep_last);
 }
 
@@ -106,6 +116,7 @@ LoopState load_training_checkpoint(const std::string& path, const std::string& s
       }
     }
   }
+  engine.params_loaded();
   LoopState state;
   state.step = meta.at("step").get<int64_t>();
   state.scheduler_iteration = meta.at("scheduler_iteration").get<int64_t>();
@@ -114,11 +125,31 @@ LoopState load_training_checkpoint(const std::string& path, const std::string& s
   const nlohmann::json& rng = reader.rank_state(saved_rank).at("sample_rng");
   state.sample_rng = {rng.at("seed").get<uint64_t>(), rng.at("stream").get<uint64_t>(), rng.at("counter").get<uint64_t>()};
   engine.set_optimizer_steps(state.optimizer_steps);
+  if (engine.precision() == DType::F16) {
+    // A checkpoint from an fp32/bf16 run has no scaler: the fp16 run starts a fresh one.
+    if (meta.contains("loss_scaler")) {
+      const nlohmann::json& ls = meta.at("loss_scaler");
+      LossScalerState scaler;
+      scaler.scale = ls.at("scale").get<double>();
+      scaler.hysteresis_left = ls.at("hysteresis_left").get<int>();
+      scaler.iteration = ls.at("iteration").get<int64_t>();
+      scaler.last_overflow_iteration = ls.at("last_overflow_iteration").get<int64_t>();
+      engine.set_loss_scaler_state(scaler);
+    }
+    state.loss_scaler = engine.loss_scaler_state();
+  }
   return state;
 }
 
-void dump_gradients(const std::string& path, Gpt& model) {
-  const float* grads = model.grads_flat().f32();
+void dump_gradients(const std::string& path, Gpt& model, double loss_scale) {
+  const Tensor flat = model.grads_flat();
+  std::vector<float> unscaled;
+  const float* grads = flat.f32();
+  if (loss_scale != 1.0) {
+    unscaled.assign(grads, grads + flat.numel());
+    for (float& g : unscaled) g = static_cast<float>(g / loss_scale);
+    grads = unscaled.data();
+  }
   SafetensorsWriter writer;
   for (const ParamSpec& spec : model.params()) {
     std::vector<int64_t> shape = spec.shape;

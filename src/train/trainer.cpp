@@ -1,7 +1,8 @@
 // `strata train`: builds the rank grid, the data-parallel engine (model, ZeRO stage,
-// optimizer), data and schedule from the config, resumes or initialises, and runs the loop —
-// gradient accumulation, reduction, clipping, AdamW, evaluation, samples, metrics with memory
-// and traffic figures, checkpoints, and a stop on SIGINT/SIGTERM agreed by every rank.
+// precision, optimizer), data and schedule from the config, resumes or initialises, and runs
+// the loop — gradient accumulation, reduction, fp16 overflow skips, clipping, AdamW,
+// evaluation, samples, metrics with memory and traffic figures, checkpoints, and a stop on
+// SIGINT/SIGTERM agreed by every rank.
 #include <fmt/core.h>
 
 #include <unistd.h>
@@ -34,6 +35,18 @@ std::string bytes_text(int64_t bytes) { return fmt::format("{:.2f} MiB", static_
 
 ActivationRecompute recompute_of(const Config& cfg) {
   return cfg.model.recompute == Recompute::Full ? ActivationRecompute::Full : ActivationRecompute::None;
+}
+
+std::string precision_text(DType precision) {
+  switch (precision) {
+    case DType::BF16:
+      return "bf16 (bf16 parameters and activations; fp32 master weights, gradient accumulation and Adam state)";
+    case DType::F16:
+      return "fp16 (fp16 parameters and activations; fp32 master weights, gradient accumulation and Adam state; "
+             "loss scaling)";
+    default:
+      return "fp32";
+  }
 }
 
 class Trainer {
@@ -109,6 +122,7 @@ void Trainer::start_state() {
     engine_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
     sample_rng_ = Rng(static_cast<uint64_t>(cfg_.train.seed), rng_stream_id("sample"));
     state_.sample_rng = sample_rng_.state();
+    if (engine_.precision() == DType::F16) state_.loss_scaler = engine_.loss_scaler_state();
     log_info("initialised weights (seed {})", cfg_.train.seed);
     if (cfg_.checkpoint.save_initial && !cfg_.checkpoint.dir.empty()) save(0);
   }
@@ -166,15 +180,27 @@ void Trainer::train_step(StepMetrics& m) {
   }
   engine_.finish_reduction();
   if (state_.step == 0 && !options_.dump_grads_path.empty() && mpi_.world_rank() == 0) {
-    dump_gradients(options_.dump_grads_path, engine_.model());
+    dump_gradients(options_.dump_grads_path, engine_.model(), engine_.loss_scale());
     log_info("wrote the first step's gradients to {}", options_.dump_grads_path);
   }
   const double lr = schedule_.current_lr();
-  const double grad_norm = engine_.apply(lr);
-  schedule_.advance();
+  const StepOutcome outcome = engine_.apply(lr);
+  // DeepSpeed: a step skipped for an fp16 overflow does not advance the LR schedule either.
+  if (!outcome.skipped) schedule_.advance();
   ++state_.step;
   state_.scheduler_iteration = schedule_.iteration();
   state_.optimizer_steps = engine_.optimizer_steps();
+  if (engine_.precision() == DType::F16) {
+    state_.loss_scaler = engine_.loss_scaler_state();
+    m.loss_scale = outcome.loss_scale;
+    m.skipped = outcome.skipped;
+    if (outcome.skipped) {
+      log_info("fp16 overflow at step {}: loss scale {} → {}, step skipped", state_.step, outcome.loss_scale,
+               outcome.next_loss_scale);
+      metrics_.write({{"type", "overflow"}, {"step", state_.step}, {"loss_scale", outcome.loss_scale},
+                      {"next_loss_scale", outcome.next_loss_scale}});
+    }
+  }
   // Micro-batch losses of all ranks in global batch order (rank-major), summed in that order:
   // the same figure, bit for bit, as one rank running every micro-batch.
   double loss_sum = 0;
@@ -183,7 +209,7 @@ void Trainer::train_step(StepMetrics& m) {
   m.step = state_.step;
   m.loss = loss_sum / (static_cast<double>(gas) * cfg_.derived.dp_size);
   m.lr = lr;
-  m.grad_norm = grad_norm;
+  m.grad_norm = outcome.grad_norm;
   m.step_seconds = step_timer.seconds();
   m.tokens_per_second = static_cast<double>(cfg_.derived.tokens_per_step) / m.step_seconds;
   m.tflops_per_rank = m.tokens_per_second * static_cast<double>(cfg_.derived.flops_per_token) / mpi_.world_size() / 1e12;
@@ -243,6 +269,7 @@ int Trainer::run() {
            val_data_ ? fmt::format(", {} val tokens", val_data_->num_tokens()) : std::string());
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
+  log_info("precision: {}", precision_text(engine_.precision()));
   report_memory();
   start_state();
   if (state_.step >= total) {

@@ -33,7 +33,7 @@ class CopyingStore final : public ParamStore {
       : groups_(gpt_layer_groups(specs)), params_(static_cast<size_t>(groups_.back().end)),
         grads_(params_.size()), param_copies_(groups_.size()), grad_copies_(groups_.size()) {}
 
-  float* acquire_params(int g, Pass pass) override {
+  void* acquire_params(int g, Pass pass) override {
     log.push_back((pass == Pass::Forward ? "F+" : "B+") + std::to_string(g));
     const LayerGroup& r = groups_[static_cast<size_t>(g)];
     param_copies_[static_cast<size_t>(g)].assign(params_.begin() + r.begin, params_.begin() + r.end);
