@@ -2,7 +2,8 @@
 # background, find one rank's process, and wait for the job with a deadline.
 
 # start_job LOG MPIRUN_ARGS...: starts mpirun in the background; waits until rank 0 has
-# printed its first line (the ranks are up and communicating).
+# printed a line containing $START_MARKER (default "comm-check:"), i.e. every rank is past
+# MPI start-up and communicating. Any earlier output (library warnings) does not count.
 start_job() {
   local log="$1"; shift
   "$MPIRUN" "${MPI_FLAGS[@]}" "$@" >"$log" 2>&1 &
@@ -10,11 +11,11 @@ start_job() {
   JOB_START=$SECONDS
   trap 'kill -TERM "$JOB_PID" 2>/dev/null || true; rm -rf "$WORK"' EXIT
   for _ in $(seq 1 300); do
-    [ -s "$log" ] && return 0
+    grep -qF -- "${START_MARKER:-comm-check:}" "$log" && return 0
     kill -0 "$JOB_PID" 2>/dev/null || { cat "$log"; fail "job ended before it started communicating"; }
     sleep 0.1
   done
-  cat "$log"; fail "job printed nothing within 30 s"
+  cat "$log"; fail "job did not print '${START_MARKER:-comm-check:}' within 30 s"
 }
 
 # rank_pid R: the process of world rank R: a child of mpirun whose environment says so
