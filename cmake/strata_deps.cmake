@@ -22,6 +22,11 @@ if(NOT STRATA_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     enable_language(CUDA)
+    # CMake 3.25's FindCUDAToolkit tags CUDA::nvToolsExt as deprecated without checking that it
+    # exists, and CUDA 13 no longer ships that library: an empty stand-in keeps the module working.
+    if(NOT TARGET CUDA::nvToolsExt)
+      add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+    endif()
     find_package(CUDAToolkit REQUIRED)
     set(STRATA_HAVE_CUDA ON)
   elseif(STRATA_CUDA STREQUAL "ON")

@@ -6,6 +6,8 @@
 #   STRATA_BUILD_DIR  build folder holding tests/gpu/bench_kernels (default: build-gpu)
 #   STRATA_BENCH_DTYPES  dtypes for bench_kernels (default: "bf16")
 #   STRATA_PYTHON3    python with torch for the PyTorch peer (default: python3)
+#   STRATA_HOST_LD_LIBRARY_PATH  when set, the library path python runs with (gpu_check.sh sets
+#                     it: the unpacked Debian bundle is for strata, not for PyTorch)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:?usage: scripts/bench_gpu.sh OUTDIR [BATCH [SEQ]]}"
@@ -27,8 +29,16 @@ for dtype in ${STRATA_BENCH_DTYPES:-bf16}; do
 done
 
 log="$out/pytorch_gpt2.log"
-if "$python" -c "import torch" >/dev/null 2>&1; then
-  if "$python" "$root/scripts/bench_pytorch_gpt2.py" --batch "$batch" --seq "$seq" >"$log" 2>&1; then
+python_env=()
+if [ -n "${STRATA_HOST_LD_LIBRARY_PATH+set}" ]; then
+  if [ -n "$STRATA_HOST_LD_LIBRARY_PATH" ]; then
+    python_env=(env "LD_LIBRARY_PATH=$STRATA_HOST_LD_LIBRARY_PATH")
+  else
+    python_env=(env -u LD_LIBRARY_PATH)
+  fi
+fi
+if "${python_env[@]}" "$python" -c "import torch" >/dev/null 2>&1; then
+  if "${python_env[@]}" "$python" "$root/scripts/bench_pytorch_gpt2.py" --batch "$batch" --seq "$seq" >"$log" 2>&1; then
     echo "pytorch gpt2-124m: $(tail -n 1 "$log")"
   else
     echo "pytorch gpt2-124m: FAILED, see $log"
