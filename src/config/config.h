@@ -320,7 +320,7 @@ struct Config {
   CheckpointConfig checkpoint;
   /// Metrics and samples.
   LoggingConfig logging;
-  /// auto (CUDA when a GPU is present), cpu or cuda.
+  /// auto, cpu or cuda; cuda is not supported yet, so auto means the CPU today.
   DeviceKind device = DeviceKind::Auto;
   /// Communication backend.
   CommConfig comm;
