@@ -43,4 +43,15 @@ void Backend::linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor 
   if (dbias.defined()) bias_backward(dbias, dout);
 }
 
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string(op) + ": " + what);
+}
+
+int64_t cols_of(const Tensor& t) { return t.ndim == 0 ? 1 : t.dim(-1); }
+
+int64_t rows_of(const Tensor& t) {
+  const int64_t cols = cols_of(t);
+  return cols == 0 ? 0 : t.numel() / cols;
+}
+
 }  // namespace strata

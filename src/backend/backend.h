@@ -146,4 +146,11 @@ class Backend {
 
 std::unique_ptr<Backend> make_cpu_backend();
 
+// Argument checks shared by the backend implementations.
+// Throws std::invalid_argument "<op>: <what>" unless ok (a programming error, see above).
+void require(bool ok, const char* op, const std::string& what);
+// A tensor read as a matrix: (numel / last dim, last dim).
+int64_t rows_of(const Tensor& t);
+int64_t cols_of(const Tensor& t);
+
 }  // namespace strata

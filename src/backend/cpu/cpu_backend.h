@@ -9,11 +9,6 @@
 
 namespace strata::cpu {
 
-// Throws std::invalid_argument "<op>: <what>" unless ok.
-void require(bool ok, const char* op, const std::string& what);
-// Rows and columns of a tensor read as a matrix: (numel / last dim, last dim).
-int64_t rows_of(const Tensor& t);
-int64_t cols_of(const Tensor& t);
 // Throws unless every defined tensor lives in host memory.
 void require_host(const char* op, std::initializer_list<const Tensor*> tensors);
 

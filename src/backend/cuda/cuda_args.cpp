@@ -9,16 +9,6 @@
 
 namespace strata::cuda {
 
-void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw std::invalid_argument(std::string(op) + ": " + what);
-}
-
-int64_t cols_of(const Tensor& t) { return t.ndim == 0 ? 1 : t.dim(-1); }
-int64_t rows_of(const Tensor& t) {
-  const int64_t cols = cols_of(t);
-  return cols == 0 ? 0 : t.numel() / cols;
-}
-
 void require_device(const char* op, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
     if (t->defined()) require(t->device == Device::CUDA, op, "a tensor is not in CUDA device memory");

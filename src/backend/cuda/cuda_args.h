@@ -11,11 +11,6 @@
 
 namespace strata::cuda {
 
-// Throws std::invalid_argument "<op>: <what>" unless ok (programming errors, as in backend.h).
-void require(bool ok, const char* op, const std::string& what);
-// A tensor read as a matrix: (numel / last dim, last dim).
-int64_t rows_of(const Tensor& t);
-int64_t cols_of(const Tensor& t);
 // Every defined tensor lives in device memory.
 void require_device(const char* op, std::initializer_list<const Tensor*> tensors);
 // The kernels' element type for a float dtype; throws for integer dtypes.
