@@ -8,7 +8,7 @@ endif()
 
 add_library(strata_warnings INTERFACE)
 target_compile_options(strata_warnings INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
 if(STRATA_WERROR)
   target_compile_options(strata_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
 endif()

@@ -167,7 +167,7 @@ TEST_CASE("resharding: checkpoints saved by different layouts read back identica
   CHECK(reader.saved_world_size() == 4);
   CHECK(reader.rank_state(3) == nlohmann::json({{"rank", 3}, {"rng", 103}}));
   // A rank holding two pieces of one tensor stores them under distinct keys.
-  const auto two_pieces = [](int rank, const std::vector<Original>& t, std::vector<std::vector<float>>& s) {
+  const auto two_pieces = [](int /*rank*/, const std::vector<Original>& t, std::vector<std::vector<float>>& s) {
     std::vector<TensorPiece> pieces = {make_piece(t[1], {}, {0}, {10}, s),
                                        make_piece(t[2], {}, {0, 0, 0}, {4, 6, 5}, s)};
     for (int64_t row = 0; row < 6; ++row) pieces.push_back(make_piece(t[0], {}, {row, 0}, {1, 8}, s));
