@@ -224,7 +224,7 @@ int run_info(const MpiRuntime& mpi, const InfoOptions& options = {});
 // `strata comm-check [--seconds S] [--bytes N]`: rounds of all_reduce, reduce_scatter and
 // all_gather on the world communicator, each result checked bit for bit against the
 // rank-order reduction recomputed locally; rank 0 prints the bandwidth of each op.
-// Returns 0, or kExitCodeDeviceFailure when a result was wrong.
+// Returns 0, or kExitDeviceFailure when a result was wrong.
 struct CommCheckOptions {
   double seconds = 3.0;     // run rounds for about this long (at least one round)
   int64_t bytes = 1 << 20;  // size of each op's full buffer

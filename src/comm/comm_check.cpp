@@ -143,7 +143,7 @@ int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options) {
     if (mpi.world_rank() == 0)
       log_error("comm-check FAILED: {} wrong element(s) over {} round(s); see the errors above for where", mismatches,
                 rounds);
-    return kExitCodeDeviceFailure;
+    return kExitDeviceFailure;
   }
   log_info("comm-check passed: {} round(s), every result bit-identical to the rank-order reduction on all {} rank(s)",
            rounds, p);

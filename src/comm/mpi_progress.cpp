@@ -142,7 +142,7 @@ void wait_operation(MpiOperation& op) {
           "communication timeout: waited {:.0f} s for {}. A rank is dead, stalled, or running a different "
           "operation; aborting the job (limit STRATA_COMM_TIMEOUT_S={:g} s)",
           waited.seconds(), op.describe_pending(), limit);
-      abort_job(kExitCodeDeviceFailure);
+      abort_job(kExitDeviceFailure);
     }
     // Ranks often outnumber cores (tests, CPU runs): a waiting rank gives its core away.
     sched_yield();

@@ -71,7 +71,7 @@ class NcclHandle final : public CommRequest {
             "operation; aborting the job (limit STRATA_COMM_TIMEOUT_S={:g} s)",
             waited.seconds(), what_, limit);
         ncclCommAbort(comm_);
-        abort_job(kExitCodeDeviceFailure);
+        abort_job(kExitDeviceFailure);
       }
       sched_yield();
     }

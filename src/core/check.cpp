@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "core/process.h"
 
@@ -18,7 +19,7 @@ std::string mpi_error_string(int code) {
 void fail_call(const char* api, const char* call, long code, const std::string& detail,
                const char* file, int line) {
   log_error("{} call failed: {} at {}:{}: {} (code {})", api, call, file, line, detail, code);
-  abort_job(kExitCodeDeviceFailure);
+  abort_job(kExitDeviceFailure);
 }
 
 }  // namespace strata

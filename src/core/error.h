@@ -7,8 +7,9 @@
 
 namespace strata {
 
-constexpr int kExitUserError = 2;
 constexpr int kExitInternalError = 1;
+constexpr int kExitUserError = 2;
+constexpr int kExitDeviceFailure = 3;  // a device or communication call failed
 
 class UserError : public std::runtime_error {
  public:

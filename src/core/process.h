@@ -11,7 +11,4 @@ bool mpi_is_initialized();
 // Prints nothing itself; calls MPI_Abort when MPI is up (so no rank hangs), else std::abort.
 [[noreturn]] void abort_job(int code);
 
-// Exit code of a job ended by a device or communication failure.
-constexpr int kExitCodeDeviceFailure = 3;
-
 }  // namespace strata

@@ -1,9 +1,6 @@
-// Tensor view helpers and the host arena.
+// Tensor view helpers.
 #include "core/tensor.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <stdexcept>
 
 namespace strata {
@@ -33,23 +30,6 @@ std::string Tensor::shape_string() const {
 float* Tensor::f32() const {
   if (dtype != DType::F32) throw std::logic_error("Tensor::f32 on a " + std::string(dtype_name(dtype)) + " tensor");
   return static_cast<float*>(data);
-}
-
-Arena::~Arena() { std::free(base_); }
-
-size_t Arena::reserve(size_t bytes) {
-  if (base_) throw std::logic_error("Arena::reserve after allocate");
-  const size_t offset = size_;
-  size_ += (bytes + 255) / 256 * 256;
-  return offset;
-}
-
-void Arena::allocate() {
-  if (base_) throw std::logic_error("Arena::allocate twice");
-  const size_t n = size_ ? size_ : 256;
-  base_ = std::aligned_alloc(256, n);
-  if (!base_) throw std::bad_alloc();
-  std::memset(base_, 0, n);
 }
 
 }  // namespace strata

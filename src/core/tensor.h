@@ -1,4 +1,4 @@
-// Tensor: a non-owning view (pointer, dtype, shape, device). Memory belongs to arenas
+// Tensor: a non-owning view (pointer, dtype, shape, device). Memory belongs to buffers
 // owned by the model or engine; views are cheap to copy and never free anything.
 #pragma once
 #include <array>
@@ -31,24 +31,6 @@ struct Tensor {
   template <typename T>
   T* as() const { return static_cast<T*>(data); }
   float* f32() const;  // throws std::logic_error unless dtype is F32
-};
-
-// An arena: one contiguous allocation carved into tensors, 256-byte aligned.
-class Arena {
- public:
-  Arena() = default;
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-  ~Arena();
-  // Reserves space for a tensor; valid pointers appear after allocate().
-  size_t reserve(size_t bytes);
-  void allocate();  // host memory, zero-filled
-  void* at(size_t offset) const { return static_cast<char*>(base_) + offset; }
-  size_t size_bytes() const { return size_; }
-
- private:
-  void* base_ = nullptr;
-  size_t size_ = 0;
 };
 
 }  // namespace strata
