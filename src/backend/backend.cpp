@@ -5,6 +5,10 @@
 #include <stdexcept>
 #include <utility>
 
+#ifdef STRATA_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace strata {
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
@@ -41,6 +45,38 @@ void Backend::linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor 
   if (dinp.defined()) matmul(dinp, dout, weight, Tensor(), false, /*trans_b=*/true, false);
   matmul(dweight, inp, dout, Tensor(), /*trans_a=*/true, false, /*accumulate=*/true);
   if (dbias.defined()) bias_backward(dbias, dout);
+}
+
+int cuda_device_count() {
+#ifdef STRATA_HAVE_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error here, just none
+    return 0;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
+#ifndef STRATA_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw UserError("device: cuda, but this strata was built without CUDA; install the CUDA Toolkit and rebuild "
+                  "(scripts/build.sh), or set device: cpu");
+}
+#endif
+
+double gpu_peak_flops(const std::string& name) {
+  const auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+  if (has("H200")) return 989e12;
+  if (has("H100")) {
+    if (has("PCIe")) return 756e12;
+    if (has("NVL")) return 835e12;
+    return 989e12;  // SXM (HBM3)
+  }
+  if (has("A100")) return 312e12;
+  return 0.0;
 }
 
 void require(bool ok, const char* op, const std::string& what) {

@@ -54,6 +54,16 @@ struct AdamWArgs {
   bool decoupled = true;          // true: AdamW decay p *= 1 − lr·wd; false: L2, g += wd·p
 };
 
+// What a backend's allocator holds. allocated/peak count this process's live buffers of that
+// backend kind (all instances); device_used/device_total describe the whole device as its
+// driver reports it (context, libraries and other processes included; 0 where not known).
+struct MemoryStats {
+  size_t allocated_bytes = 0;
+  size_t peak_allocated_bytes = 0;
+  size_t device_used_bytes = 0;
+  size_t device_total_bytes = 0;
+};
+
 // Conventions for every op:
 // - Tensors are views; "(N, C)" means the op reads the tensor as N rows of C contiguous
 //   elements, whatever its ndim (leading dims are flattened), unless stated otherwise.
@@ -67,6 +77,15 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  virtual MemoryStats memory_stats() const = 0;
+  // Dense bf16 peak of the device in FLOP/s, the denominator of MFU; 0 when not known (the
+  // CPU, or a GPU not in strata's table).
+  virtual double peak_flops() const = 0;
+  // Starts a new high-water mark at what is allocated now (e.g. after set-up).
+  virtual void reset_peak_memory() = 0;
+  // Returns once every op issued so far has finished (ops may run asynchronously on a device;
+  // on the CPU they have already finished). For timings.
+  virtual void synchronize() = 0;
 
   // ---- memory and whole-tensor ops ----
   // Zero-filled memory on this backend's device, 256-byte aligned.
@@ -145,6 +164,21 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// The CPU backend acting as a separate device: its buffers are Device::Simulated and
+// inaccessible (PROT_NONE) except while one of its own ops runs, so any host access from
+// outside the backend faults at once; ops refuse host tensors (copy excepted) as the CUDA
+// backend does. Results are bit-identical to make_cpu_backend(). For tests: it proves that
+// the model, engine, optimizer, communication staging and checkpoints treat backend memory
+// as device memory. Selected with STRATA_SIMULATE_DEVICE=1 and `device: cpu`.
+std::unique_ptr<Backend> make_guarded_cpu_backend();
+// The CUDA backend on GPU `device_index` (UserError when the build has no CUDA, or the GPU
+// is missing or unusable).
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+// GPUs visible to this process (0 without CUDA in the build, without a driver, or without a GPU).
+int cuda_device_count();
+// Dense bf16 peak FLOP/s of a GPU from its name (H100 SXM/HBM3 and H200: 989e12, H100 PCIe/NVL
+// 756e12 and 835e12, A100: 312e12); 0 for others.
+double gpu_peak_flops(const std::string& device_name);
 
 // Argument checks shared by the backend implementations.
 // Throws std::invalid_argument "<op>: <what>" unless ok (a programming error, see above).

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -164,13 +165,24 @@ enum class CommBackendKind { Mpi, Nccl };
 const char* comm_backend_name(CommBackendKind kind);  // "mpi", "nccl"
 bool nccl_built();                                    // whether this binary was built with NCCL
 
+// How the MPI backend reaches device memory: tensors labelled `device` are staged through host
+// buffers, copied with `copy` (dst = src, either direction; e.g. the backend's own copy, which
+// orders itself after the backend's pending work). Host tensors pass straight through.
+struct DeviceStaging {
+  Device device = Device::CUDA;
+  std::function<void(const Tensor& src, const Tensor& dst)> copy;
+};
+
 // A communicator over the ranks of `comm` (which stays the caller's: it is duplicated, so
-// strata's messages never match anyone else's). Collective over `comm`. The Nccl kind
-// needs NCCL in the build (else UserError) and one GPU per rank on each node, the
-// current CUDA device being this rank's.
-std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name);
-inline std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const std::string& name) {
-  return make_comm(CommBackendKind::Mpi, comm, name);
+// strata's messages never match anyone else's). Collective over `comm`. The Mpi kind stages
+// device tensors as `staging` says (by default, in a CUDA build, CUDA tensors through
+// cudaMemcpy). The Nccl kind needs NCCL in the build (else UserError) and one GPU per rank on
+// each node, the current CUDA device being this rank's.
+std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name,
+                                const DeviceStaging* staging = nullptr);
+inline std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const std::string& name,
+                                           const DeviceStaging* staging = nullptr) {
+  return make_comm(CommBackendKind::Mpi, comm, name, staging);
 }
 
 // Seconds an MPI-backend wait may block before the job is aborted with a message naming
@@ -179,11 +191,15 @@ inline std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const std::string& nam
 double comm_timeout_seconds();
 
 // The rank grid with one communicator per group this rank belongs to. Built collectively
-// by every rank of the world; passed explicitly to whoever communicates.
+// by every rank of the world; passed explicitly to whoever communicates. The groups use
+// `backend`; world is always an MPI communicator, as it carries the host-side scalars (loss,
+// gradient-norm parts, stop flags) and the checks between ranks.
 class Topology {
  public:
-  // Throws UserError when shape.world() differs from the world size.
-  Topology(const MpiRuntime& mpi, const GridShape& shape, CommBackendKind backend);
+  // Throws UserError when shape.world() differs from the world size. `staging` (optional)
+  // is how MPI communicators reach device tensors (see make_comm).
+  Topology(const MpiRuntime& mpi, const GridShape& shape, CommBackendKind backend,
+           const DeviceStaging* staging = nullptr);
   ~Topology();
   Topology(const Topology&) = delete;
   Topology& operator=(const Topology&) = delete;

@@ -22,10 +22,13 @@ bool nccl_built() {
 #endif
 }
 
-std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name) {
+std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name,
+                                const DeviceStaging* staging) {
   if (kind == CommBackendKind::Mpi) {
+    if (staging) return comm_detail::make_staged_backend(comm_detail::make_mpi_backend(comm, name), *staging);
 #ifdef STRATA_HAVE_CUDA
-    return comm_detail::make_staged_backend(comm_detail::make_mpi_backend(comm, name));
+    return comm_detail::make_staged_backend(comm_detail::make_mpi_backend(comm, name),
+                                            comm_detail::cuda_runtime_staging());
 #else
     return comm_detail::make_mpi_backend(comm, name);
 #endif
@@ -78,8 +81,7 @@ void check_tensor(const std::string& comm, const char* op, const Tensor& t, Devi
     if (device == Device::CPU)
       throw std::logic_error(
           fmt::format("{} on MPI communicator '{}': the tensor is in device memory, and the MPI backend takes host "
-                      "tensors only (staging device buffers through host arrives with the CUDA backend); use the NCCL "
-                      "backend for device tensors",
+                      "tensors only unless the communicator was made with device staging",
                       op, comm));
     throw std::logic_error(
         fmt::format("{} on NCCL communicator '{}': the tensor is in host memory; NCCL needs device memory", op, comm));

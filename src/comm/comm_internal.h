@@ -15,9 +15,11 @@ namespace strata::comm_detail {
 std::vector<int> world_ranks_of(MPI_Comm comm);
 
 std::unique_ptr<Comm> make_mpi_backend(MPI_Comm comm, const std::string& name);
+// Wraps a host communicator so tensors on staging.device go through host memory.
+std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host, const DeviceStaging& staging);
 #ifdef STRATA_HAVE_CUDA
-// Wraps a host communicator so CUDA tensors are staged through host memory.
-std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host);
+// Staging of CUDA tensors with cudaMemcpy (the default of a CUDA build).
+DeviceStaging cuda_runtime_staging();
 #endif
 #ifdef STRATA_HAVE_NCCL
 std::unique_ptr<Comm> make_nccl_backend(MPI_Comm comm, const std::string& name);

@@ -254,9 +254,8 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
   if (a.number_checkpoints)
     p.add("activation_checkpointing.number_checkpoints",
           "is not supported yet; leave it unset (use model.recompute for recomputation)");
-  if (c.device == DeviceKind::Cuda)
-    p.add("device", "cuda is not supported yet (the CUDA backend has not landed); use auto or cpu");
-  if (c.comm.backend == CommBackend::Nccl) p.add("comm.backend", "nccl is not supported yet; use auto or mpi");
+  if (c.comm.backend == CommBackend::Nccl && c.device == DeviceKind::Cpu)
+    p.add("comm.backend", "nccl needs device: cuda or auto (NCCL moves GPU memory); use auto or mpi");
 }
 
 }  // namespace

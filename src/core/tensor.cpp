@@ -5,6 +5,15 @@
 
 namespace strata {
 
+const char* device_name(Device device) {
+  switch (device) {
+    case Device::CPU: return "cpu";
+    case Device::CUDA: return "cuda";
+    case Device::Simulated: return "simulated";
+  }
+  return "unknown";
+}
+
 Tensor::Tensor(void* data_, DType dtype_, std::initializer_list<int64_t> dims, Device device_)
     : data(data_), dtype(dtype_), device(device_), ndim(static_cast<int>(dims.size())) {
   if (dims.size() > shape.size()) throw std::logic_error("Tensor: at most 4 dimensions");

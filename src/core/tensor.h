@@ -10,7 +10,13 @@
 
 namespace strata {
 
-enum class Device : uint8_t { CPU, CUDA };
+// Where a tensor's memory lives. Simulated is host memory that only its backend may touch
+// (the guarded CPU backend, see backend.h): code outside the backend must treat it exactly like
+// GPU memory, which lets CPU-only tests prove that the training path never dereferences
+// device memory on the host.
+enum class Device : uint8_t { CPU, CUDA, Simulated };
+const char* device_name(Device device);  // "cpu", "cuda", "simulated"
+
 
 struct Tensor {
   void* data = nullptr;

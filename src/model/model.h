@@ -132,6 +132,9 @@ class Gpt {
 
   const GptDims& dims() const { return dims_; }
   DType dtype() const { return dtype_; }
+  // The backend holding the model's memory: views returned below are in its memory, which
+  // code outside the backend reaches only through backend().copy.
+  Backend& backend() const { return backend_; }
   const std::vector<ParamSpec>& params() const { return specs_; }
   const ParamSpec& param(const std::string& name) const;  // throws std::out_of_range naming it
   const std::vector<LayerGroup>& groups() const { return groups_; }

@@ -22,7 +22,8 @@ std::vector<ParamRange> merge_param_ranges(std::vector<ParamRange> ranges) {
 
 AdamW::AdamW(Backend& backend, const AdamWSettings& settings, std::vector<ParamRange> ranges, int64_t numel)
     : backend_(backend), settings_(settings), ranges_(merge_param_ranges(std::move(ranges))), numel_(numel),
-      exp_avg_(static_cast<size_t>(numel), 0.0f), exp_avg_sq_(static_cast<size_t>(numel), 0.0f) {
+      exp_avg_(backend.allocate(static_cast<size_t>(numel) * sizeof(float))),
+      exp_avg_sq_(backend.allocate(static_cast<size_t>(numel) * sizeof(float))) {
   for (const ParamRange& r : ranges_) {
     if (r.offset < 0 || r.offset + r.numel > numel) throw std::logic_error("AdamW: parameter range outside the buffer");
   }
@@ -39,13 +40,14 @@ void AdamW::step(Tensor params, Tensor grads, float lr, float grad_scale) {
   args.bias_correction2 = 1.0 - std::pow(static_cast<double>(settings_.beta2), static_cast<double>(steps_));
   args.grad_scale = grad_scale;
   args.decoupled = settings_.decoupled;
-  float* p = params.f32();
-  float* g = grads.f32();
+  // A range of an fp32 tensor, keeping its device.
+  auto range = [](const Tensor& t, const ParamRange& r) {
+    return Tensor(t.f32() + r.offset, DType::F32, {r.numel}, t.device);
+  };
+  const Tensor m = exp_avg(), v = exp_avg_sq();
   for (const ParamRange& r : ranges_) {
     args.weight_decay = r.weight_decay ? settings_.weight_decay : 0.0;
-    backend_.adamw_update(Tensor(p + r.offset, DType::F32, {r.numel}), Tensor(g + r.offset, DType::F32, {r.numel}),
-                          Tensor(exp_avg_.data() + r.offset, DType::F32, {r.numel}),
-                          Tensor(exp_avg_sq_.data() + r.offset, DType::F32, {r.numel}), args);
+    backend_.adamw_update(range(params, r), range(grads, r), range(m, r), range(v, r), args);
   }
 }
 

@@ -111,9 +111,10 @@ class AdamW {
   void step(Tensor params, Tensor grads, float lr, float grad_scale);
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
-  Tensor exp_avg() { return Tensor(exp_avg_.data(), DType::F32, {numel_}); }
-  Tensor exp_avg_sq() { return Tensor(exp_avg_sq_.data(), DType::F32, {numel_}); }
-  size_t state_bytes() const { return (exp_avg_.size() + exp_avg_sq_.size()) * sizeof(float); }
+  // The moments, fp32 on the backend's device, laid out like the parameters.
+  Tensor exp_avg() const { return exp_avg_.view(0, DType::F32, {numel_}); }
+  Tensor exp_avg_sq() const { return exp_avg_sq_.view(0, DType::F32, {numel_}); }
+  size_t state_bytes() const { return 2 * static_cast<size_t>(numel_) * sizeof(float); }
 
  private:
   Backend& backend_;
@@ -121,7 +122,7 @@ class AdamW {
   std::vector<ParamRange> ranges_;
   int64_t numel_;
   int64_t steps_ = 0;
-  std::vector<float> exp_avg_, exp_avg_sq_;
+  Buffer exp_avg_, exp_avg_sq_;
 };
 
 }  // namespace strata

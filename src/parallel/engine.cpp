@@ -30,7 +30,9 @@ std::vector<ParamRange> flat_ranges(const std::vector<ParamSpec>& specs) {
   return ranges;
 }
 
-Tensor f32_view(float* base, int64_t offset, int64_t count) { return Tensor(base + offset, DType::F32, {count}); }
+Tensor f32_view(float* base, int64_t offset, int64_t count, Device device) {
+  return Tensor(base + offset, DType::F32, {count}, device);
+}
 
 // Elements [offset, offset + count) of a buffer holding `dtype` elements.
 Tensor typed_view(const Buffer& buffer, DType dtype, int64_t offset, int64_t count) {
@@ -57,9 +59,6 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   }
   if (settings.zero_stage < 0 || settings.zero_stage > 3) {
     throw UserError("zero_optimization.stage: " + std::to_string(settings.zero_stage) + " is not a ZeRO stage (0-3)");
-  }
-  if (backend.device() != Device::CPU) {
-    throw UserError("the data-parallel engine runs on the CPU backend only in this build; set device: cpu");
   }
   const int p = dp.size();
   const int64_t n = specs_.back().offset + specs_.back().numel;
@@ -122,7 +121,7 @@ void Engine::init_weights(uint64_t seed) {
       gpt_init_values(dims_, *s.spec, seed, s.begin, s.count, span.data + s.span_offset);
     }
   }
-  refresh_working_params();
+  params_loaded();
 }
 
 Tensor Engine::master_params() const {
@@ -162,6 +161,13 @@ void Engine::refresh_working_params() {
 }
 
 void Engine::params_loaded() {
+  for (std::vector<StagedSpan>& kind : loading_) {
+    for (StagedSpan& s : kind) {
+      backend_.copy(Tensor(s.host.data(), DType::F32, {s.device.count}, Device::CPU),
+                    f32_view(s.device.data, 0, s.device.count, backend_.device()));
+    }
+    kind.clear();
+  }
   // fp32 stages 0-2 loaded straight into the model's flat parameters: they are current.
   if (flat_store_ && !mixed()) return;
   refresh_working_params();
@@ -220,12 +226,13 @@ void Engine::on_grad_ready(int group) {
 void Engine::issue_reduction(size_t k) {
   const Bucket& b = buckets_[k];
   if (settings_.zero_stage == 0) {
-    in_flight_[k] = dp_.all_reduce_async(f32_view(flat_grads(), b.range.begin, b.range.numel()), ReduceOp::Sum);
+    in_flight_[k] = dp_.all_reduce_async(f32_view(flat_grads(), b.range.begin, b.range.numel(), device()),
+                                         ReduceOp::Sum);
   } else {
     const PartitionUnit& u = partition_->units()[b.unit];
     Buffer& out = settings_.zero_stage == 1 ? grad_shard_ : recv_;
-    in_flight_[k] = dp_.reduce_scatter_async(f32_view(flat_grads(), u.begin, u.padded),
-                                             f32_view(static_cast<float*>(out.data()), u.shard_offset, u.piece),
+    in_flight_[k] = dp_.reduce_scatter_async(f32_view(flat_grads(), u.begin, u.padded, device()),
+                                             f32_view(static_cast<float*>(out.data()), u.shard_offset, u.piece, device()),
                                              ReduceOp::Sum);
     if (settings_.zero_stage == 2) stage2_pending_ = true;
   }
@@ -281,8 +288,8 @@ StepOutcome Engine::apply(double lr) {
       if (!mixed()) {
         // fp32: the model's flat parameters are the master; update the owned part in shard layout.
         for (const OwnedRun& run : partition_->owned_runs()) {
-          backend_.copy(f32_view(flat_params(), run.flat_begin, run.count),
-                        f32_view(params.f32(), run.shard_offset, run.count));
+          backend_.copy(f32_view(flat_params(), run.flat_begin, run.count, device()),
+                        f32_view(params.f32(), run.shard_offset, run.count, device()));
         }
       }
       break;
@@ -361,6 +368,36 @@ std::vector<FlatSpan> Engine::spans_of(const std::vector<OwnedRun>& runs, float*
 }
 
 std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
+  std::vector<FlatSpan> spans = device_saved_spans(kind);
+  std::vector<StagedSpan>& staged = saving_[static_cast<size_t>(kind)];
+  staged.clear();
+  if (backend_.device() == Device::CPU) return spans;
+  for (FlatSpan& span : spans) {
+    StagedSpan s{span, std::vector<float>(static_cast<size_t>(span.count))};
+    backend_.copy(f32_view(span.data, 0, span.count, device()), Tensor(s.host.data(), DType::F32, {span.count}, Device::CPU));
+    span.data = s.host.data();
+    staged.push_back(std::move(s));
+  }
+  return spans;
+}
+
+void Engine::release_saved_spans() {
+  for (std::vector<StagedSpan>& kind : saving_) kind = {};
+}
+
+std::vector<FlatSpan> Engine::held_spans(StateKind kind) {
+  std::vector<FlatSpan> spans = device_held_spans(kind);
+  std::vector<StagedSpan>& staged = loading_[static_cast<size_t>(kind)];
+  staged.clear();
+  if (backend_.device() == Device::CPU) return spans;
+  for (FlatSpan& span : spans) {
+    staged.push_back({span, std::vector<float>(static_cast<size_t>(span.count))});
+    span.data = staged.back().host.data();
+  }
+  return spans;
+}
+
+std::vector<FlatSpan> Engine::device_saved_spans(StateKind kind) {
   const std::vector<OwnedRun> runs = partition_->owned_runs();
   if (kind == StateKind::Params) {
     // The fp32 parameters: the model's own in fp32 at stages 0-2; otherwise the master, flat at
@@ -374,17 +411,17 @@ std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
   return settings_.zero_stage == 0 ? spans_of(runs, state, nullptr) : spans_of(runs, nullptr, state);
 }
 
-std::vector<FlatSpan> Engine::held_spans(StateKind kind) {
+std::vector<FlatSpan> Engine::device_held_spans(StateKind kind) {
   const int64_t n = partition_->numel();
   if (kind == StateKind::Params) {
     if (flat_store_ && !mixed()) return {{0, n, flat_params()}};
     if (settings_.zero_stage == 0) return {{0, n, master_params().f32()}};
-    return saved_spans(kind);
+    return device_saved_spans(kind);
   }
   if (settings_.zero_stage == 0) {
     return {{0, n, (kind == StateKind::ExpAvg ? optimizer_->exp_avg() : optimizer_->exp_avg_sq()).f32()}};
   }
-  return saved_spans(kind);
+  return device_saved_spans(kind);
 }
 
 }  // namespace strata

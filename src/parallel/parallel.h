@@ -125,7 +125,8 @@ struct EngineTimes {
 };
 
 enum class StateKind { Params, ExpAvg, ExpAvgSq };
-// `count` fp32 values of the flat layout starting at flat_begin, held at `data`.
+// `count` fp32 values of the flat layout starting at flat_begin, held at `data` (host memory
+// when handed out by Engine's checkpoint methods; the backend's memory inside the engine).
 struct FlatSpan {
   int64_t flat_begin = 0;
   int64_t count = 0;
@@ -174,12 +175,15 @@ class Engine {
   const EngineTimes& times() const { return times_; }
   EngineMemory memory() const;
 
-  // Checkpoint state (parameters: the fp32 master). saved_spans: what this rank writes
-  // (disjoint across DP ranks, together covering [0, N)). held_spans: everything this rank
-  // holds and must fill when loading; then call params_loaded (collective).
+  // Checkpoint state (parameters: the fp32 master), always in host memory: on a device
+  // backend the spans point into host copies the engine keeps. saved_spans: what this rank
+  // writes (disjoint across DP ranks, together covering [0, N)); valid until the next
+  // saved_spans of that kind or release_saved_spans. held_spans: everything this rank holds
+  // and must fill when loading; then call params_loaded (collective), which moves what was
+  // written to the device and re-derives the working copy from the master parameters.
   std::vector<FlatSpan> saved_spans(StateKind kind);
+  void release_saved_spans();
   std::vector<FlatSpan> held_spans(StateKind kind);
-  // Re-derives the working copy from the master parameters written through held_spans.
   void params_loaded();
   int64_t optimizer_steps() const { return optimizer_->steps_taken(); }
   void set_optimizer_steps(int64_t steps) { optimizer_->set_steps_taken(steps); }
@@ -195,6 +199,10 @@ class Engine {
   void wait_reductions();
   std::vector<FlatSpan> spans_of(const std::vector<OwnedRun>& runs, float* flat, float* shard) const;
   bool mixed() const { return settings_.precision != DType::F32; }
+  Device device() const { return backend_.device(); }
+  // The spans of saved_spans / held_spans in the backend's memory.
+  std::vector<FlatSpan> device_saved_spans(StateKind kind);
+  std::vector<FlatSpan> device_held_spans(StateKind kind);
   // The fp32 parameters the optimizer updates: flat (stage 0) or the shard (stages 1-3).
   Tensor master_params() const;
   // After master_params changed: cast into the working copy and, at stages 1-2, all-gather it.
@@ -226,6 +234,12 @@ class Engine {
   Buffer param_shard_;   // stages 1-2: owned fp32 parameters in shard layout (the master when mixed)
   Buffer master_;        // stage 0, mixed precision: the fp32 master of the flat layout
   Buffer work_shard_;    // stages 1-2, mixed precision: param_shard_ rounded, the all-gather source
+  // Host copies of checkpoint spans on a device backend, per StateKind.
+  struct StagedSpan {
+    FlatSpan device;
+    std::vector<float> host;
+  };
+  std::vector<StagedSpan> saving_[3], loading_[3];
   int micro_batches_ = 1, micro_index_ = 0;
   EngineTimes times_;
 };

@@ -41,15 +41,20 @@ std::string sample_text(Gpt& model, const std::string& prompt, int count, Rng& r
   const size_t prompt_length = prompt.empty() ? 0 : tokens.size();
   std::vector<double> probs(static_cast<size_t>(dims.vocab_size));
   std::vector<float> last_row;
+  std::vector<unsigned char> row_bytes;
   for (int i = 0; i < count; ++i) {
     const size_t context = std::min<size_t>(tokens.size(), static_cast<size_t>(dims.seq_len));
     const int32_t* window = tokens.data() + (tokens.size() - context);
     const Tensor logits = model.forward_logits(window, 1, static_cast<int>(context));
-    // The last position's logits, in fp32 whatever the model's working dtype.
+    // The last position's logits, brought to the host, in fp32 whatever the working dtype.
     const size_t vp = static_cast<size_t>(dims.padded_vocab);
+    const size_t element = dtype_size(logits.dtype);
+    row_bytes.resize(vp * element);
     last_row.resize(vp);
-    convert_elements(static_cast<const char*>(logits.data) + (context - 1) * vp * dtype_size(logits.dtype),
-                     logits.dtype, last_row.data(), DType::F32, vp);
+    const Tensor last_logits(static_cast<char*>(logits.data) + (context - 1) * vp * element, logits.dtype,
+                             {static_cast<int64_t>(vp)}, logits.device);
+    model.backend().copy(last_logits, Tensor(row_bytes.data(), logits.dtype, {static_cast<int64_t>(vp)}, Device::CPU));
+    convert_elements(row_bytes.data(), logits.dtype, last_row.data(), DType::F32, vp);
     const float* last = last_row.data();
     const double max_logit = *std::max_element(last, last + dims.vocab_size);
     double total = 0;

@@ -76,7 +76,9 @@ MetricsWriter::MetricsWriter(const std::string& path) {
 
 void MetricsWriter::write(const nlohmann::json& record) {
   if (!file_) return;
-  const std::string line = record.dump() + "\n";
+  // Samples of a byte-level model are arbitrary bytes: invalid UTF-8 becomes U+FFFD rather
+  // than an exception, so a record is always valid JSON.
+  const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::fwrite(line.data(), 1, line.size(), file_.get());
   std::fflush(file_.get());
 }

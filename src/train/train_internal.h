@@ -3,10 +3,13 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "comm/comm.h"
 #include "config/config.h"
 #include "data/data.h"
 #include "model/model.h"
@@ -14,6 +17,20 @@
 #include "parallel/parallel.h"
 
 namespace strata {
+
+// Where this rank trains (see device_setup.cpp): the backend, the communicator kind of the
+// rank groups, and for device memory the staging MPI communicators use (it refers to the
+// backend, which must outlive them).
+struct TrainingDevice {
+  std::unique_ptr<Backend> backend;
+  CommBackendKind comm = CommBackendKind::Mpi;
+  std::optional<DeviceStaging> staging;
+  std::string description;
+};
+// device: auto picks CUDA when a GPU is visible; cuda uses GPU local_rank mod the GPU count;
+// STRATA_SIMULATE_DEVICE=1 (with device cpu or auto) picks the guarded CPU backend. Throws
+// UserError for an impossible combination (nccl without a GPU per rank, cuda without a GPU).
+TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi);
 
 GptDims gpt_dims_from_config(const Config& cfg);
 LrScheduleSettings lr_schedule_from_config(const Config& cfg);

@@ -86,7 +86,10 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
                            {"iteration", ls.iteration},
                            {"last_overflow_iteration", ls.last_overflow_iteration}};
   }
-  return save_checkpoint(cfg.checkpoint.dir, step, context, pieces, rank_state, meta, cfg.checkpoint.keep_last);
+  const std::string dir = save_checkpoint(cfg.checkpoint.dir, step, context, pieces, rank_state, meta,
+                                          cfg.checkpoint.keep_last);
+  engine.release_saved_spans();
+  return dir;
 }
 
 LoopState load_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank) {
@@ -143,13 +146,12 @@ LoopState load_training_checkpoint(const std::string& path, const std::string& s
 
 void dump_gradients(const std::string& path, Gpt& model, double loss_scale) {
   const Tensor flat = model.grads_flat();
-  std::vector<float> unscaled;
-  const float* grads = flat.f32();
+  std::vector<float> host(static_cast<size_t>(flat.numel()));
+  model.backend().copy(flat, Tensor(host.data(), DType::F32, {flat.numel()}, Device::CPU));
   if (loss_scale != 1.0) {
-    unscaled.assign(grads, grads + flat.numel());
-    for (float& g : unscaled) g = static_cast<float>(g / loss_scale);
-    grads = unscaled.data();
+    for (float& g : host) g = static_cast<float>(g / loss_scale);
   }
+  const float* grads = host.data();
   SafetensorsWriter writer;
   for (const ParamSpec& spec : model.params()) {
     std::vector<int64_t> shape = spec.shape;

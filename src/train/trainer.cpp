@@ -53,11 +53,13 @@ class Trainer {
  public:
   Trainer(const MpiRuntime& mpi, Config cfg, TrainOptions options)
       : mpi_(mpi), cfg_(std::move(cfg)), options_(std::move(options)),
-        backend_(make_cpu_backend()),
+        device_(make_training_device(cfg_, mpi)),
+        backend_(*device_.backend),
         dims_(gpt_dims_from_config(cfg_)),
-        topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size}, CommBackendKind::Mpi),
+        topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size}, device_.comm,
+                  device_.staging ? &*device_.staging : nullptr),
         train_data_(TokenDataset::open(cfg_.data.train, dims_.vocab_size, "data.train")),
-        engine_(*backend_, topology_.dp(), topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
+        engine_(backend_, topology_.dp(), topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
                 engine_settings_from_config(cfg_)),
         schedule_(lr_schedule_from_config(cfg_)) {
     if (!cfg_.data.val.empty()) val_data_ = TokenDataset::open(cfg_.data.val, dims_.vocab_size, "data.val");
@@ -81,6 +83,8 @@ class Trainer {
   void evaluate(int64_t step);
   void sample(int64_t step);
   void report_memory();
+  void report_device_memory();
+  void describe_devices();
   bool agree_to_stop();
   void reset_traffic();
   nlohmann::json traffic();
@@ -88,7 +92,8 @@ class Trainer {
   const MpiRuntime& mpi_;
   Config cfg_;
   TrainOptions options_;
-  std::unique_ptr<Backend> backend_;
+  TrainingDevice device_;
+  Backend& backend_;
   GptDims dims_;
   Topology topology_;
   TokenDataset train_data_;
@@ -152,6 +157,33 @@ void Trainer::report_memory() {
                   {"n_params", cfg_.derived.n_params}, {"ranks", ranks}});
 }
 
+void Trainer::describe_devices() {
+  const char* comm = device_.comm == CommBackendKind::Nccl ? "nccl"
+                     : device_.staging                      ? "mpi (device buffers staged through host memory)"
+                                                            : "mpi";
+  log_info("device: {} | communication: {}", device_.description, comm);
+}
+
+// The allocator's figures after the first step (every buffer and the largest transient
+// scratch exist by then): the most any rank allocated, and rank 0's view of its device.
+void Trainer::report_device_memory() {
+  if (backend_.device() == Device::CPU) return;
+  const MemoryStats mine = backend_.memory_stats();
+  const std::vector<double> all = all_gather_doubles(
+      topology_.world(), {static_cast<double>(mine.allocated_bytes), static_cast<double>(mine.peak_allocated_bytes)});
+  double peak = 0;
+  for (size_t i = 1; i < all.size(); i += 2) peak = std::max(peak, all[i]);
+  const auto mib = [](double bytes) { return bytes / (1 << 20); };
+  log_info("device memory after the first step: peak allocated {:.0f} MiB (largest rank); rank 0: {:.0f} MiB "
+           "allocated, {:.0f} of {:.0f} MiB in use on its device",
+           mib(peak), mib(static_cast<double>(mine.allocated_bytes)), mib(static_cast<double>(mine.device_used_bytes)),
+           mib(static_cast<double>(mine.device_total_bytes)));
+  metrics_.write({{"type", "device_memory"}, {"peak_allocated_max", static_cast<int64_t>(peak)},
+                  {"allocated", static_cast<int64_t>(mine.allocated_bytes)},
+                  {"device_used", static_cast<int64_t>(mine.device_used_bytes)},
+                  {"device_total", static_cast<int64_t>(mine.device_total_bytes)}});
+}
+
 void Trainer::reset_traffic() {
   for (Comm* c : topology_.all_comms()) c->counters().reset();
 }
@@ -210,10 +242,14 @@ void Trainer::train_step(StepMetrics& m) {
   m.loss = loss_sum / (static_cast<double>(gas) * cfg_.derived.dp_size);
   m.lr = lr;
   m.grad_norm = outcome.grad_norm;
+  backend_.synchronize();  // device work still queued belongs to this step's time
   m.step_seconds = step_timer.seconds();
   m.tokens_per_second = static_cast<double>(cfg_.derived.tokens_per_step) / m.step_seconds;
   m.tflops_per_rank = m.tokens_per_second * static_cast<double>(cfg_.derived.flops_per_token) / mpi_.world_size() / 1e12;
-  m.peak_memory_bytes = peak_host_memory_bytes();
+  if (backend_.peak_flops() > 0) m.mfu = m.tflops_per_rank * 1e12 / backend_.peak_flops();
+  // On a device the allocator's high-water mark; on the CPU the process's peak RSS.
+  m.peak_memory_bytes =
+      backend_.device() == Device::CPU ? peak_host_memory_bytes() : backend_.memory_stats().peak_allocated_bytes;
   m.comm = traffic();
   if (cfg_.wall_clock_breakdown) {
     const EngineTimes& t = engine_.times();
@@ -270,6 +306,7 @@ int Trainer::run() {
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
   log_info("precision: {}", precision_text(engine_.precision()));
+  describe_devices();
   report_memory();
   start_state();
   if (state_.step >= total) {
@@ -285,6 +322,7 @@ int Trainer::run() {
     m.total_steps = total;
     train_step(m);
     const int64_t done = state_.step - first_step;
+    if (done == 1) report_device_memory();
     m.eta_seconds = run_timer.seconds() / static_cast<double>(done) * static_cast<double>(total - state_.step);
     metrics_.write(step_record(m));
     const bool last = state_.step == total;

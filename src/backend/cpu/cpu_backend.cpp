@@ -2,6 +2,7 @@
 // Every float tensor goes through Fp32Span, so BF16/F16 storage is emulated uniformly.
 #include "backend/cpu/cpu_backend.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +22,17 @@ void require_host(const char* op, std::initializer_list<const Tensor*> tensors) 
 
 namespace {
 
-void release_host(void* p) { std::free(p); }
+// Allocations carry their size in a 256-byte header in front of the data, so the release
+// function (which gets the pointer only) can keep the counters exact.
+constexpr size_t kHeaderBytes = 256;
+std::atomic<size_t> g_allocated{0};
+std::atomic<size_t> g_peak{0};
+
+void release_host(void* p) {
+  char* base = static_cast<char*>(p) - kHeaderBytes;
+  g_allocated -= *reinterpret_cast<size_t*>(base);
+  std::free(base);
+}
 
 void require_dtype(const Tensor& t, DType dtype, const char* op, const char* what) {
   require(t.dtype == dtype, op, std::string(what) + " must be " + dtype_name(dtype) + ", got " +
@@ -32,11 +43,25 @@ void require_dtype(const Tensor& t, DType dtype, const char* op, const char* wha
 
 Buffer CpuBackend::allocate(size_t bytes) {
   const size_t rounded = (bytes + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, rounded ? rounded : 256);
-  if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
-  return Buffer(p, bytes, Device::CPU, &release_host);
+  char* base = static_cast<char*>(std::aligned_alloc(256, kHeaderBytes + rounded));
+  if (!base) throw std::bad_alloc();
+  *reinterpret_cast<size_t*>(base) = rounded;
+  std::memset(base + kHeaderBytes, 0, rounded);
+  const size_t now = g_allocated += rounded;
+  size_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+  return Buffer(base + kHeaderBytes, bytes, Device::CPU, &release_host);
 }
+
+MemoryStats CpuBackend::memory_stats() const {
+  MemoryStats stats;
+  stats.allocated_bytes = g_allocated.load();
+  stats.peak_allocated_bytes = g_peak.load();
+  return stats;
+}
+
+void CpuBackend::reset_peak_memory() { g_peak = g_allocated.load(); }
 
 void CpuBackend::copy(Tensor src, Tensor dst) {
   require_host("copy", {&src, &dst});

@@ -16,6 +16,11 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "cpu"; }
+  // Counts every CpuBackend buffer of the process (device_* stay 0: host memory is the RSS).
+  MemoryStats memory_stats() const override;
+  void reset_peak_memory() override;
+  double peak_flops() const override { return 0.0; }
+  void synchronize() override {}
 
   Buffer allocate(size_t bytes) override;
   void copy(Tensor src, Tensor dst) override;

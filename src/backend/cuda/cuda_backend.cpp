@@ -87,6 +87,8 @@ MemoryStats CudaBackend::memory_stats() const {
   return stats;
 }
 
+void CudaBackend::reset_peak_memory() { reset_device_memory_peak(); }
+
 void* CudaBackend::scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier ops may still read the old scratch

@@ -16,12 +16,6 @@ namespace cuda {
 
 class GemmRunner;
 
-struct MemoryStats {
-  size_t allocated_bytes = 0;       // strata's own device memory now (all CUDA backends)
-  size_t peak_allocated_bytes = 0;  // its high-water mark
-  size_t device_used_bytes = 0;     // cudaMemGetInfo: total − free (context, libraries, others)
-  size_t device_total_bytes = 0;
-};
 
 // Dtype rules (std::invalid_argument otherwise): tensors an op reads and writes together share
 // one float dtype (F32, BF16 or F16), except that gradient accumulators (dbias, dweight, dwte,
@@ -37,6 +31,11 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::CUDA; }
   std::string name() const override;
+  // allocated/peak: strata's own cudaMalloc'd memory (all CUDA backends of the process);
+  // device_used: cudaMemGetInfo's total − free (context, cuBLASLt and other processes too).
+  MemoryStats memory_stats() const override;
+  void reset_peak_memory() override;
+  double peak_flops() const override { return gpu_peak_flops(device_name_); }
 
   Buffer allocate(size_t bytes) override;
   void copy(Tensor src, Tensor dst) override;
@@ -73,11 +72,10 @@ class CudaBackend final : public Backend {
                               const AdamWArgs& args);
   // fp32 GEMMs may use TF32 tensor cores (off by default: exact fp32 like the CPU reference).
   void set_allow_tf32(bool allow);
-  MemoryStats memory_stats() const;
   size_t gemm_plans_cached() const;
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_index_; }
-  void synchronize();
+  void synchronize() override;
 
  private:
   // Grow-only device scratch shared by the ops (they run in stream order, so one op's use
@@ -103,8 +101,6 @@ class CudaBackend final : public Backend {
 
 }  // namespace cuda
 
-// The CUDA backend on device `device_index` (see CudaBackend).
-std::unique_ptr<Backend> make_cuda_backend(int device_index);
 
 }  // namespace strata
 #endif  // STRATA_HAVE_CUDA

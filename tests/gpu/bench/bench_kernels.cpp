@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
     bench.run("sum_squares (124M fp32)", 4.0 * params, 0, [&] { (void)gpu.sum_squares(g); });
     bench.run("cast fp32 -> bf16 (124M)", 6.0 * params, 0, [&] { gpu.cast(p, p16); });
     bench.summary();
-    const cuda::MemoryStats mem = gpu.memory_stats();
+    const MemoryStats mem = gpu.memory_stats();
     std::printf("memory: strata peak %.2f GiB, device used %.2f of %.2f GiB, %zu GEMM plans cached\n",
                 mem.peak_allocated_bytes / 1073741824.0, mem.device_used_bytes / 1073741824.0,
                 mem.device_total_bytes / 1073741824.0, gpu.gemm_plans_cached());

@@ -226,8 +226,6 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
       {"activation_checkpointing.profile=true", "activation_checkpointing.profile: true is not supported yet"},
       {"activation_checkpointing.number_checkpoints=4", "activation_checkpointing.number_checkpoints: is not "
                                                         "supported yet"},
-      {"device=cuda", "device: cuda is not supported yet"},
-      {"comm.backend=nccl", "comm.backend: nccl is not supported yet"},
   };
   for (const auto& c : cases) {
     INFO(c.first);
@@ -241,6 +239,14 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                "comm.backend=mpi", "activation_checkpointing.number_checkpoints=null"},
                  8)
             .empty());
+}
+
+TEST_CASE("device cuda and the NCCL communicator are accepted, NCCL on the CPU is not") {
+  CHECK(problems(kTinyConfig, {"device=cuda", "comm.backend=nccl"}, 2).empty());
+  CHECK(problems(kTinyConfig, {"device=auto", "comm.backend=nccl"}, 2).empty());
+  const auto p = problems(kTinyConfig, {"device=cpu", "comm.backend=nccl"}, 2);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].rfind("comm.backend: nccl needs device: cuda or auto", 0) == 0);
 }
 
 TEST_CASE("five different mistakes are reported together") {

@@ -1,0 +1,86 @@
+// Choosing where a rank trains: the backend for `device` (auto, cpu, cuda; one GPU per rank by
+// local rank), the communicator kind for `comm.backend` (NCCL needs a GPU of its own per rank),
+// and the staging that lets MPI communicators carry device tensors.
+#include <fmt/core.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "train/train_internal.h"
+
+namespace strata {
+namespace {
+
+bool simulate_device_requested() {
+  const char* value = std::getenv("STRATA_SIMULATE_DEVICE");
+  if (!value || !*value || std::strcmp(value, "0") == 0) return false;
+  if (std::strcmp(value, "1") != 0) {
+    throw UserError(fmt::format("environment variable STRATA_SIMULATE_DEVICE='{}': use 1 (on) or 0 (off)", value));
+  }
+  return true;
+}
+
+}  // namespace
+
+TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi) {
+  TrainingDevice out;
+  const bool simulate = simulate_device_requested();
+  const int gpus = simulate ? 0 : cuda_device_count();
+  DeviceKind kind = cfg.device;
+  if (simulate && kind == DeviceKind::Cuda) {
+    throw UserError("STRATA_SIMULATE_DEVICE=1 runs the guarded CPU backend, but the config says device: cuda; unset "
+                    "the variable or set device: cpu");
+  }
+  if (kind == DeviceKind::Auto) kind = gpus > 0 ? DeviceKind::Cuda : DeviceKind::Cpu;
+
+  bool own_gpu = false;
+  if (kind == DeviceKind::Cuda) {
+    if (gpus == 0) {
+      make_cuda_backend(0);  // throws, explaining why: a build without CUDA, no driver, or no GPU
+      throw UserError("device: cuda, but no GPU is visible to this process; set device: cpu or auto");
+    }
+    own_gpu = mpi.local_size() <= gpus;
+    const int index = mpi.local_rank() % gpus;
+    out.backend = make_cuda_backend(index);
+    out.description = fmt::format("{} (local rank {} of {} on {} with {} GPU(s){})", out.backend->name(),
+                                  mpi.local_rank(), mpi.local_size(), mpi.hostname(), gpus,
+                                  own_gpu ? "" : "; ranks share GPUs");
+  } else if (simulate) {
+    out.backend = make_guarded_cpu_backend();
+    out.description = out.backend->name() + " (STRATA_SIMULATE_DEVICE=1)";
+  } else {
+    out.backend = make_cpu_backend();
+    out.description = "cpu";
+  }
+
+  const bool on_device = out.backend->device() != Device::CPU;
+  switch (cfg.comm.backend) {
+    case CommBackend::Mpi: out.comm = CommBackendKind::Mpi; break;
+    case CommBackend::Nccl:
+      if (kind != DeviceKind::Cuda) {
+        throw UserError("comm.backend: nccl needs device: cuda (NCCL moves GPU memory); set comm.backend: mpi or auto");
+      }
+      if (!own_gpu) {
+        throw UserError(fmt::format(
+            "comm.backend: nccl needs one GPU per rank, but {} ranks run on {} which has {} GPU(s); start at most {} "
+            "ranks per node, or set comm.backend: mpi (ranks then share GPUs and communicate through host memory, "
+            "which is correct but slow)",
+            mpi.local_size(), mpi.hostname(), gpus, gpus));
+      }
+      out.comm = CommBackendKind::Nccl;
+      break;
+    case CommBackend::Auto:
+      out.comm = kind == DeviceKind::Cuda && own_gpu && nccl_built() ? CommBackendKind::Nccl : CommBackendKind::Mpi;
+      break;
+  }
+  if (on_device) {
+    Backend* backend = out.backend.get();
+    DeviceStaging staging;
+    staging.device = backend->device();
+    staging.copy = [backend](const Tensor& src, const Tensor& dst) { backend->copy(src, dst); };
+    out.staging = std::move(staging);
+  }
+  return out;
+}
+
+}  // namespace strata
