@@ -58,7 +58,11 @@ TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi) {
     case CommBackend::Mpi: out.comm = CommBackendKind::Mpi; break;
     case CommBackend::Nccl:
       if (kind != DeviceKind::Cuda) {
-        throw UserError("comm.backend: nccl needs device: cuda (NCCL moves GPU memory); set comm.backend: mpi or auto");
+        throw UserError(cfg.device == DeviceKind::Auto
+                            ? "comm.backend: nccl needs a GPU per rank, but device: auto found no GPU and trains on "
+                              "the CPU; set comm.backend: mpi or auto"
+                            : "comm.backend: nccl needs device: cuda (NCCL moves GPU memory); set comm.backend: mpi "
+                              "or auto");
       }
       if (!own_gpu) {
         throw UserError(fmt::format(

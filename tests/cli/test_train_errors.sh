@@ -44,4 +44,18 @@ write_small_config "$WORK/other.yaml" "$WORK/data" "train: {iters: 4}" "checkpoi
 run_expect 0 "$STRATA" train --config "$WORK/other.yaml" --set train.iters=1
 run_expect 2 "$STRATA" train --config "$WORK/other.yaml" --set model.d_model=64
 expect_contains "$OUT" "d_model"
+
+# Devices: without a usable GPU, device: cuda says why and auto trains on the CPU; NCCL needs
+# GPUs. (Where a GPU is present, the GPU tier covers device: cuda.)
+write_small_config "$WORK/dev.yaml" "$WORK/data" "train: {iters: 1}"
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  run_expect 2 "$STRATA" train --config "$WORK/dev.yaml" --set device=cuda
+  expect_contains "$OUT" "device: cuda"
+  run_expect 0 "$STRATA" train --config "$WORK/dev.yaml" --set device=auto
+  expect_contains "$OUT" "device: cpu | communication: mpi"
+  run_expect 2 "$STRATA" train --config "$WORK/dev.yaml" --set comm.backend=nccl
+  expect_contains "$OUT" "comm.backend: nccl needs a GPU per rank, but device: auto found no GPU"
+fi
+run_expect 2 "$STRATA" train --config "$WORK/dev.yaml" --set comm.backend=nccl --set device=cpu
+expect_contains "$OUT" "comm.backend: nccl needs device: cuda or auto"
 echo ok
