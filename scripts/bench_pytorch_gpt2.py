@@ -2,7 +2,8 @@
 """PyTorch GPT-2 training-step benchmark, the peer strata is measured against on a GPU.
 
 A plain GPT-2 (pre-LN, tanh GELU, tied LM head, no dropout) trained on random tokens with
-torch.compile, SDPA flash attention, fused AdamW and bf16 autocast. Prints one JSON line:
+torch.compile, SDPA flash attention, fused AdamW, bf16 autocast and gradient clipping (as strata's GPT-2
+configs). Prints one JSON line:
 tokens/s, MFU against 989 TFLOP/s (FLOPs/token = 6N + 6·L·C·T, strata's formula), step time
 and peak memory.
 """
@@ -73,6 +74,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps (compilation happens here)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--clip", type=float, default=1.0, help="gradient clipping norm (0: off)")
     args = parser.parse_args()
 
     if not torch.cuda.is_available():
@@ -94,6 +96,8 @@ def main() -> int:
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 loss = step_model(tokens, targets)
         loss.backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
         return loss
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # One command for a GPU machine: brings up the dependencies (the Debian bundle of
 # scripts/gpu_bundle.sh when the system lacks them), builds strata with CUDA, runs the unit tests,
-# the GPU op tests and compute-sanitizer, CPU and two-rank training smoke runs and the benchmarks.
+# the GPU op tests, the GPU training tests (CUDA against the CPU curves) and compute-sanitizer,
+# CPU and two-rank training smoke runs and the GPT-2 124M benchmark against PyTorch with the
+# per-kernel table. With --bench it builds and then runs only the full benchmark
+# (scripts/bench_gpt2.sh: GPT-2 124M and 1558M, strata and PyTorch).
 # Full logs go to OUTDIR (six files); a table comes last. Every step runs under a time limit taken
 # from one overall budget, so a hang costs its step, not the session. See docs/gpu.md.
 #
-# Usage: scripts/gpu_check.sh OUTDIR
+# Usage: scripts/gpu_check.sh OUTDIR [--bench]
 # Environment:
 #   STRATA_DEPS_BUNDLE   folder of .deb files (default: <repo>/.deps/gpu); unpacked when present
 #                        and Debian's dev packages are not installed
@@ -15,10 +18,15 @@
 #   STRATA_JOBS          parallel build and test jobs (default: nproc)
 #   STRATA_CHECK_BUDGET_S  seconds for the whole check (default: 540)
 #   STRATA_SKIP_SANITIZER=1  skip the compute-sanitizer passes
-#   STRATA_BENCH_BATCH, STRATA_BENCH_SEQ  benchmark shape (default 16 × 1024)
+#   BENCH_*              passed on to scripts/bench_gpt2.sh (models, batches, steps)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${1:?usage: scripts/gpu_check.sh OUTDIR}"
+out="${1:?usage: scripts/gpu_check.sh OUTDIR [--bench]}"
+mode="${2:-check}"
+case "$mode" in
+  check | --bench) ;;
+  *) echo "usage: scripts/gpu_check.sh OUTDIR [--bench]" >&2; exit 2 ;;
+esac
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
 build="${STRATA_BUILD_DIR:-$root/build-gpu}"
 jobs="${STRATA_JOBS:-$(nproc)}"
@@ -60,6 +68,7 @@ print_table() {
 
 finish() {
   print_table
+  [ -n "${bench_table:-}" ] && printf '\n%s\n' "$bench_table" | tee -a "$summary"
   [ "$failed" -eq 0 ]
   exit
 }
@@ -239,6 +248,35 @@ else
   record "shared libraries" PASS 0 "every library of strata and gpu_ops resolves"
 fi
 
+# run_benchmark MODELS: scripts/bench_gpt2.sh into bench.log; one row per model, and the table
+# (with the per-kernel times) printed after the summary.
+run_benchmark() {
+  if [ "$have_gpu" -eq 0 ]; then
+    record "benchmark" SKIP 0 "skipped: no GPU"
+    return
+  fi
+  run_step "benchmark ($1)" "$bench_log" 480 env STRATA_BUILD_DIR="$build" BENCH_MODELS="$1" \
+    "$root/scripts/bench_gpt2.sh" "$scratch/bench" || return
+  local rows
+  rows="$(grep '^GPT-2' "$bench_log" | sed 's/  */ /g')"
+  if [ "$step_rc" -ne 0 ] || [ -z "$rows" ] || grep -q '^GPT-2.*strata [a-z]' <<<"$rows"; then
+    judge "benchmark ($1)" "$bench_log" "see bench.log"
+    [ "$step_rc" -eq 0 ] && record "benchmark ($1)" FAIL "$step_s" "a strata run failed; see bench.log"
+  else
+    while IFS= read -r row; do record "${row%%|*}" PASS "$step_s" "${row#*|}"; done <<<"$rows"
+  fi
+  bench_table="$(sed -n '/^strata vs PyTorch/,$p' "$bench_log")"
+}
+bench_table=""
+
+if [ "$mode" = --bench ]; then
+  run_benchmark "${BENCH_MODELS:-124m 1558m}"
+  print_table
+  [ -n "$bench_table" ] && printf '\n%s\n' "$bench_table" | tee -a "$summary"
+  [ "$failed" -eq 0 ]
+  exit
+fi
+
 # ---- tests ----
 run_step "unit tests (ctest -L unit)" "$tests_log" 180 \
   ctest --test-dir "$build" -L unit -j "$jobs" --timeout 120 --output-on-failure
@@ -246,6 +284,9 @@ judge "unit tests (ctest -L unit)" "$tests_log" "$(grep -E 'tests passed, [0-9]+
 run_step "gpu op tests" "$tests_log" 240 "$build/tests/gpu/gpu_ops" --durations yes
 judge "gpu op tests" "$tests_log" "$(grep -E '^(All tests passed|test cases:)' "$tests_log" | tail -n 1)"
 gpu_ops_rc="$step_rc"
+run_step "gpu training tests" "$tests_log" 420 bash "$root/tests/gpu/test_cuda_train.sh" "$strata" "$root"
+judge "gpu training tests" "$tests_log" "$(grep -E 'max relative loss difference' "$tests_log" | sed -n '1p;2p' |
+  sed 's/: max relative loss difference/:/' | paste -sd';')"
 
 # ---- smoke runs: info, one CPU rank, two ranks (DP = 2) ----
 run_step "strata info" "$smoke_log" 60 "$strata" info
@@ -303,34 +344,11 @@ else
   judge "data encode" "$smoke_log" ""
 fi
 
-# ---- benchmarks ----
-if [ "$have_gpu" -eq 1 ] && [ "$gpu_ops_rc" -ne 77 ]; then
-  bench_out="$scratch/bench"
-  run_step "benchmarks" "$scratch/bench_summary.txt" 300 env STRATA_BUILD_DIR="$build" \
-    "$root/scripts/bench_gpu.sh" "$bench_out" "${STRATA_BENCH_BATCH:-16}" "${STRATA_BENCH_SEQ:-1024}"
-  if [ "$step_rc" -eq 124 ] || [ "$step_rc" -eq 137 ]; then
-    record "benchmarks" FAIL "$step_s" "timed out; see bench.log"
-  fi
-  while IFS= read -r line; do
-    case "$line" in
-      "====="* | "") ;;
-      *FAILED*) record "${line%%:*}" FAIL "$step_s" "${line#*: }" ;;
-      *skipped*) record "${line%%:*}" SKIP "$step_s" "${line#*: }" ;;
-      *) record "${line%%:*}" PASS "$step_s" "${line#*: }" ;;
-    esac
-  done <"$scratch/bench_summary.txt"
-  for f in "$scratch/bench_summary.txt" "$bench_out"/*.log; do
-    [ -f "$f" ] && { printf '\n===== %s\n' "$(basename "$f")"; cat "$f"; } >>"$bench_log"
-  done
-  if [ -f "$bench_out/bench_kernels_bf16.log" ]; then
-    echo
-    echo "per-kernel timings (bf16):"
-    grep -E 'us .*GB/s' "$bench_out/bench_kernels_bf16.log"
-  fi
+# ---- benchmark: GPT-2 124M, strata against PyTorch, and the per-kernel table ----
+if [ "$gpu_ops_rc" -eq 77 ]; then
+  record "benchmark" SKIP 0 "skipped: no GPU"
 else
-  echo "benchmarks skipped: no GPU" >>"$bench_log"
-  record "bench_kernels" SKIP 0 "skipped: no GPU"
-  record "pytorch gpt2-124m" SKIP 0 "skipped: no GPU"
+  run_benchmark 124m
 fi
 
 # ---- compute-sanitizer (last: the slowest, given what is left of the budget) ----
