@@ -86,6 +86,10 @@ class Backend {
   // Returns once every op issued so far has finished (ops may run asynchronously on a device;
   // on the CPU they have already finished). For timings.
   virtual void synchronize() = 0;
+  // The CUDA stream (a cudaStream_t) the backend enqueues its ops on, so that other CUDA work
+  // (NCCL collectives) can be ordered after them; nullptr for a backend whose ops finish
+  // before they return.
+  virtual void* cuda_stream() const = 0;
 
   // ---- memory and whole-tensor ops ----
   // Zero-filled memory on this backend's device, 256-byte aligned.

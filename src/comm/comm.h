@@ -165,24 +165,29 @@ enum class CommBackendKind { Mpi, Nccl };
 const char* comm_backend_name(CommBackendKind kind);  // "mpi", "nccl"
 bool nccl_built();                                    // whether this binary was built with NCCL
 
-// How the MPI backend reaches device memory: tensors labelled `device` are staged through host
-// buffers, copied with `copy` (dst = src, either direction; e.g. the backend's own copy, which
-// orders itself after the backend's pending work). Host tensors pass straight through.
-struct DeviceStaging {
+// How communicators reach a backend's device memory. MPI communicators stage tensors labelled
+// `device` through host buffers, copied with `copy` (dst = src, either direction; e.g. the
+// backend's own copy, which orders itself after the backend's pending work). NCCL
+// communicators make their stream wait for `cuda_stream` (the stream producing the tensors,
+// as a cudaStream_t; null: the legacy default stream) before each collective. Host tensors
+// pass straight through.
+struct DeviceAccess {
   Device device = Device::CUDA;
   std::function<void(const Tensor& src, const Tensor& dst)> copy;
+  void* cuda_stream = nullptr;
 };
 
 // A communicator over the ranks of `comm` (which stays the caller's: it is duplicated, so
 // strata's messages never match anyone else's). Collective over `comm`. The Mpi kind stages
-// device tensors as `staging` says (by default, in a CUDA build, CUDA tensors through
+// device tensors as `access` says (by default, in a CUDA build, CUDA tensors through
 // cudaMemcpy). The Nccl kind needs NCCL in the build (else UserError) and one GPU per rank on
-// each node, the current CUDA device being this rank's.
+// each node, the current CUDA device being this rank's; it orders itself after
+// access->cuda_stream.
 std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name,
-                                const DeviceStaging* staging = nullptr);
+                                const DeviceAccess* access = nullptr);
 inline std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const std::string& name,
-                                           const DeviceStaging* staging = nullptr) {
-  return make_comm(CommBackendKind::Mpi, comm, name, staging);
+                                           const DeviceAccess* access = nullptr) {
+  return make_comm(CommBackendKind::Mpi, comm, name, access);
 }
 
 // Seconds an MPI-backend wait may block before the job is aborted with a message naming
@@ -196,10 +201,10 @@ double comm_timeout_seconds();
 // gradient-norm parts, stop flags) and the checks between ranks.
 class Topology {
  public:
-  // Throws UserError when shape.world() differs from the world size. `staging` (optional)
-  // is how MPI communicators reach device tensors (see make_comm).
+  // Throws UserError when shape.world() differs from the world size. `access` (optional)
+  // is how the communicators reach device tensors (see make_comm).
   Topology(const MpiRuntime& mpi, const GridShape& shape, CommBackendKind backend,
-           const DeviceStaging* staging = nullptr);
+           const DeviceAccess* access = nullptr);
   ~Topology();
   Topology(const Topology&) = delete;
   Topology& operator=(const Topology&) = delete;

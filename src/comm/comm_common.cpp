@@ -23,18 +23,18 @@ bool nccl_built() {
 }
 
 std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name,
-                                const DeviceStaging* staging) {
+                                const DeviceAccess* access) {
   if (kind == CommBackendKind::Mpi) {
-    if (staging) return comm_detail::make_staged_backend(comm_detail::make_mpi_backend(comm, name), *staging);
+    if (access) return comm_detail::make_staged_backend(comm_detail::make_mpi_backend(comm, name), *access);
 #ifdef STRATA_HAVE_CUDA
     return comm_detail::make_staged_backend(comm_detail::make_mpi_backend(comm, name),
-                                            comm_detail::cuda_runtime_staging());
+                                            comm_detail::cuda_runtime_access());
 #else
     return comm_detail::make_mpi_backend(comm, name);
 #endif
   }
 #ifdef STRATA_HAVE_NCCL
-  return comm_detail::make_nccl_backend(comm, name);
+  return comm_detail::make_nccl_backend(comm, name, access ? access->cuda_stream : nullptr);
 #else
   throw UserError(
       fmt::format("comm.backend: nccl was requested (communicator '{}') but this strata was built without NCCL; "

@@ -16,13 +16,14 @@ std::vector<int> world_ranks_of(MPI_Comm comm);
 
 std::unique_ptr<Comm> make_mpi_backend(MPI_Comm comm, const std::string& name);
 // Wraps a host communicator so tensors on staging.device go through host memory.
-std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host, const DeviceStaging& staging);
+std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host, const DeviceAccess& staging);
 #ifdef STRATA_HAVE_CUDA
 // Staging of CUDA tensors with cudaMemcpy (the default of a CUDA build).
-DeviceStaging cuda_runtime_staging();
+DeviceAccess cuda_runtime_access();
 #endif
 #ifdef STRATA_HAVE_NCCL
-std::unique_ptr<Comm> make_nccl_backend(MPI_Comm comm, const std::string& name);
+// producer_stream (a cudaStream_t, may be null): every collective waits for its work so far.
+std::unique_ptr<Comm> make_nccl_backend(MPI_Comm comm, const std::string& name, void* producer_stream);
 #endif
 
 // Argument checks; each throws std::logic_error naming the communicator and operation.

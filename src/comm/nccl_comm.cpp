@@ -1,5 +1,5 @@
 // The NCCL communicator (CUDA builds with NCCL): device tensors, operations enqueued on the
-// communicator's own stream, handles that record a CUDA event. The unique id is made on the
+// communicator's own stream after the producer stream's work, handles that record a CUDA event. The unique id is made on the
 // group's rank 0 and broadcast over the group's MPI communicator.
 #ifdef STRATA_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -86,7 +86,8 @@ class NcclHandle final : public CommRequest {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(MPI_Comm parent, const std::string& name) : Comm(name, world_ranks_of(parent)) {
+  NcclComm(MPI_Comm parent, const std::string& name, cudaStream_t producer)
+      : Comm(name, world_ranks_of(parent)), producer_(producer) {
     comm_timeout_seconds();
     MPI_CHECK(MPI_Comm_dup(parent, &mpi_comm_));
     MPI_CHECK(MPI_Comm_set_errhandler(mpi_comm_, MPI_ERRORS_RETURN));
@@ -107,12 +108,14 @@ class NcclComm final : public Comm {
     // use no stream of their own run.
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
     CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(int32_t)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&producer_done_, cudaEventDisableTiming));
   }
 
   ~NcclComm() override {
     if (stream_) cudaStreamSynchronize(stream_);
     if (nccl_) ncclCommDestroy(nccl_);
     if (barrier_word_) cudaFree(barrier_word_);
+    if (producer_done_) cudaEventDestroy(producer_done_);
     if (stream_) cudaStreamDestroy(stream_);
     if (mpi_is_initialized() && mpi_comm_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_comm_);
   }
@@ -125,6 +128,7 @@ class NcclComm final : public Comm {
     check_tensor(name(), "all_reduce", data, Device::CUDA);
     check_reducible(name(), "all_reduce", data);
     record("all_reduce", static_cast<int64_t>(data.bytes()));
+    after_producer();
     NCCL_CHECK(ncclAllReduce(data.data, data.data, static_cast<size_t>(data.numel()), nccl_reduce_type(data.dtype),
                              nccl_op(op), nccl_, stream_));
     return handle("all_reduce", data.bytes());
@@ -137,6 +141,7 @@ class NcclComm final : public Comm {
     check_same_dtype(name(), "reduce_scatter", input, output);
     check_blocked(name(), "reduce_scatter", input, output, size_, rank_);
     record("reduce_scatter", static_cast<int64_t>(input.bytes()));
+    after_producer();
     NCCL_CHECK(ncclReduceScatter(input.data, output.data, static_cast<size_t>(output.numel()),
                                  nccl_reduce_type(input.dtype), nccl_op(op), nccl_, stream_));
     return handle("reduce_scatter", input.bytes());
@@ -149,6 +154,7 @@ class NcclComm final : public Comm {
     check_blocked(name(), "all_gather", output, input, size_, rank_);
     record("all_gather", static_cast<int64_t>(output.bytes()));
     // Moving ops carry raw bytes, so every dtype (U16 included) goes through unchanged.
+    after_producer();
     NCCL_CHECK(ncclAllGather(input.data, output.data, input.bytes(), ncclUint8, nccl_, stream_));
     return handle("all_gather", output.bytes());
   }
@@ -157,6 +163,7 @@ class NcclComm final : public Comm {
     check_tensor(name(), "broadcast", data, Device::CUDA);
     check_peer(name(), "broadcast", root, size_, rank_, true);
     record("broadcast", static_cast<int64_t>(data.bytes()));
+    after_producer();
     NCCL_CHECK(ncclBroadcast(data.data, data.data, data.bytes(), ncclUint8, root, nccl_, stream_));
     return handle("broadcast", data.bytes());
   }
@@ -167,6 +174,7 @@ class NcclComm final : public Comm {
     check_peer(name(), "send", peer, size_, rank_, false);
     check_tag(name(), "send", tag);
     record("send", static_cast<int64_t>(data.bytes()));
+    after_producer();
     NCCL_CHECK(ncclSend(data.data, data.bytes(), ncclUint8, peer, nccl_, stream_));
     return handle("send", data.bytes());
   }
@@ -176,6 +184,7 @@ class NcclComm final : public Comm {
     check_peer(name(), "recv", peer, size_, rank_, false);
     check_tag(name(), "recv", tag);
     record("recv", static_cast<int64_t>(data.bytes()));
+    after_producer();
     NCCL_CHECK(ncclRecv(data.data, data.bytes(), ncclUint8, peer, nccl_, stream_));
     return handle("recv", data.bytes());
   }
@@ -188,6 +197,7 @@ class NcclComm final : public Comm {
     check_tag(name(), "exchange", tag);
     record("send", static_cast<int64_t>(send_data.bytes()));
     record("recv", static_cast<int64_t>(recv_data.bytes()));
+    after_producer();
     // One group: NCCL posts both halves together, so ranks that all send first cannot
     // deadlock waiting for each other's receive.
     NCCL_CHECK(ncclGroupStart());
@@ -199,11 +209,20 @@ class NcclComm final : public Comm {
 
   void barrier() override {
     record("barrier", 0);
+    after_producer();
     NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, nccl_, stream_));
     handle("barrier", 0)->wait();
   }
 
  private:
+  // The tensors come from the producer's stream (the backend's, non-blocking): the
+  // collective starts only after the work enqueued there so far.
+  void after_producer() {
+    if (!producer_) return;
+    CUDA_CHECK(cudaEventRecord(producer_done_, producer_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_done_, 0));
+  }
+
   CommHandle handle(const char* op, size_t bytes) {
     ++operations_issued_;
     std::string members;
@@ -248,6 +267,8 @@ class NcclComm final : public Comm {
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t producer_ = nullptr;
+  cudaEvent_t producer_done_ = nullptr;
   void* barrier_word_ = nullptr;
   int rank_ = 0;
   int size_ = 1;
@@ -256,8 +277,8 @@ class NcclComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_nccl_backend(MPI_Comm comm, const std::string& name) {
-  return std::make_unique<NcclComm>(comm, name);
+std::unique_ptr<Comm> make_nccl_backend(MPI_Comm comm, const std::string& name, void* producer_stream) {
+  return std::make_unique<NcclComm>(comm, name, static_cast<cudaStream_t>(producer_stream));
 }
 
 }  // namespace strata::comm_detail

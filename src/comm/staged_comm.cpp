@@ -26,9 +26,9 @@ struct Staged {
   HostBytes bytes;
 };
 
-using SharedStaging = std::shared_ptr<const DeviceStaging>;
+using SharedAccess = std::shared_ptr<const DeviceAccess>;
 
-Staged stage(const DeviceStaging& staging, const Tensor& t, bool read_by_operation) {
+Staged stage(const DeviceAccess& staging, const Tensor& t, bool read_by_operation) {
   Staged s;
   s.host = t;
   if (t.device != staging.device) return s;
@@ -43,7 +43,7 @@ Staged stage(const DeviceStaging& staging, const Tensor& t, bool read_by_operati
 // Completes the host operation, then copies every written device tensor back.
 class StagedHandle final : public CommRequest {
  public:
-  StagedHandle(CommHandle inner, std::vector<Staged> written, SharedStaging staging)
+  StagedHandle(CommHandle inner, std::vector<Staged> written, SharedAccess staging)
       : inner_(std::move(inner)), written_(std::move(written)), staging_(std::move(staging)) {}
   ~StagedHandle() override { wait(); }
   void wait() override {
@@ -65,12 +65,12 @@ class StagedHandle final : public CommRequest {
  private:
   CommHandle inner_;
   std::vector<Staged> written_;
-  SharedStaging staging_;
+  SharedAccess staging_;
 };
 
 class StagedComm final : public Comm {
  public:
-  StagedComm(std::unique_ptr<Comm> host, SharedStaging staging)
+  StagedComm(std::unique_ptr<Comm> host, SharedAccess staging)
       : Comm(host->name(), host->world_ranks()), host_(std::move(host)), staging_(std::move(staging)) {}
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
@@ -132,18 +132,18 @@ class StagedComm final : public Comm {
   }
 
   std::unique_ptr<Comm> host_;
-  SharedStaging staging_;
+  SharedAccess staging_;
 };
 
 }  // namespace
 
-std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host, const DeviceStaging& staging) {
-  return std::make_unique<StagedComm>(std::move(host), std::make_shared<const DeviceStaging>(staging));
+std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host, const DeviceAccess& staging) {
+  return std::make_unique<StagedComm>(std::move(host), std::make_shared<const DeviceAccess>(staging));
 }
 
 #ifdef STRATA_HAVE_CUDA
-DeviceStaging cuda_runtime_staging() {
-  DeviceStaging staging;
+DeviceAccess cuda_runtime_access() {
+  DeviceAccess staging;
   staging.device = Device::CUDA;
   staging.copy = [](const Tensor& src, const Tensor& dst) {
     CUDA_CHECK(cudaMemcpy(dst.data, src.data, src.bytes(), cudaMemcpyDefault));

@@ -16,7 +16,7 @@ namespace {
 
 // Splits the world by `color` (MPI_UNDEFINED: not a member) ordered by `key`, wraps the
 // result, and frees the split (the wrapper keeps its own duplicate).
-std::unique_ptr<Comm> split_group(int color, int key, CommBackendKind backend, const DeviceStaging* staging,
+std::unique_ptr<Comm> split_group(int color, int key, CommBackendKind backend, const DeviceAccess* access,
                                   const char* name) {
   MPI_Comm split = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &split));
@@ -24,7 +24,7 @@ std::unique_ptr<Comm> split_group(int color, int key, CommBackendKind backend, c
   MPI_CHECK(MPI_Comm_set_errhandler(split, MPI_ERRORS_RETURN));
   std::unique_ptr<Comm> comm;
   try {
-    comm = make_comm(backend, split, name, staging);
+    comm = make_comm(backend, split, name, access);
   } catch (...) {
     MPI_Comm_free(&split);
     throw;
@@ -36,7 +36,7 @@ std::unique_ptr<Comm> split_group(int color, int key, CommBackendKind backend, c
 }  // namespace
 
 Topology::Topology(const MpiRuntime& mpi, const GridShape& shape, CommBackendKind backend,
-                   const DeviceStaging* staging)
+                   const DeviceAccess* access)
     : impl_(std::make_unique<Impl>()), shape_(shape), world_rank_(mpi.world_rank()) {
   if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1 || shape.world() != mpi.world_size())
     throw UserError(
@@ -46,15 +46,15 @@ Topology::Topology(const MpiRuntime& mpi, const GridShape& shape, CommBackendKin
                     shape.dp, shape.pp, shape.tp, shape.world(), mpi.world_size()));
   coord_ = grid_coord(shape, world_rank_);
   const GridCoord c = coord_;
-  impl_->world = split_group(0, world_rank_, CommBackendKind::Mpi, staging, "world");
-  impl_->dp = split_group(c.pp * shape.tp + c.tp, c.dp, backend, staging, "dp");
-  impl_->tp = split_group(c.pp * shape.dp + c.dp, c.tp, backend, staging, "tp");
-  impl_->pp = split_group(c.dp * shape.tp + c.tp, c.pp, backend, staging, "pp");
-  impl_->model_parallel = split_group(c.dp, c.pp * shape.tp + c.tp, backend, staging, "model_parallel");
+  impl_->world = split_group(0, world_rank_, CommBackendKind::Mpi, access, "world");
+  impl_->dp = split_group(c.pp * shape.tp + c.tp, c.dp, backend, access, "dp");
+  impl_->tp = split_group(c.pp * shape.dp + c.dp, c.tp, backend, access, "tp");
+  impl_->pp = split_group(c.dp * shape.tp + c.tp, c.pp, backend, access, "pp");
+  impl_->model_parallel = split_group(c.dp, c.pp * shape.tp + c.tp, backend, access, "model_parallel");
   // The tied embedding lives on the first and last stage; with one stage, on this rank alone.
   const bool end_stage = c.pp == 0 || c.pp == shape.pp - 1;
   const int embedding_color = shape.pp == 1 ? world_rank_ : (end_stage ? c.dp * shape.tp + c.tp : MPI_UNDEFINED);
-  impl_->embedding = split_group(embedding_color, c.pp, backend, staging, "embedding");
+  impl_->embedding = split_group(embedding_color, c.pp, backend, access, "embedding");
 
   // TP exchanges activations every layer; across nodes it would crawl. Worth a warning
   // (from rank 0 only: layouts are uniform, so its group speaks for all).

@@ -1,6 +1,6 @@
 // Choosing where a rank trains: the backend for `device` (auto, cpu, cuda; one GPU per rank by
 // local rank), the communicator kind for `comm.backend` (NCCL needs a GPU of its own per rank),
-// and the staging that lets MPI communicators carry device tensors.
+// and the access that lets MPI communicators carry device tensors.
 #include <fmt/core.h>
 
 #include <cstdlib>
@@ -79,10 +79,11 @@ TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi) {
   }
   if (on_device) {
     Backend* backend = out.backend.get();
-    DeviceStaging staging;
-    staging.device = backend->device();
-    staging.copy = [backend](const Tensor& src, const Tensor& dst) { backend->copy(src, dst); };
-    out.staging = std::move(staging);
+    DeviceAccess access;
+    access.device = backend->device();
+    access.copy = [backend](const Tensor& src, const Tensor& dst) { backend->copy(src, dst); };
+    access.cuda_stream = backend->cuda_stream();
+    out.access = std::move(access);
   }
   return out;
 }

@@ -19,12 +19,12 @@
 namespace strata {
 
 // Where this rank trains (see device_setup.cpp): the backend, the communicator kind of the
-// rank groups, and for device memory the staging MPI communicators use (it refers to the
+// rank groups, and for device memory how the communicators reach it (it refers to the
 // backend, which must outlive them).
 struct TrainingDevice {
   std::unique_ptr<Backend> backend;
   CommBackendKind comm = CommBackendKind::Mpi;
-  std::optional<DeviceStaging> staging;
+  std::optional<DeviceAccess> access;
   std::string description;
 };
 // device: auto picks CUDA when a GPU is visible; cuda uses GPU local_rank mod the GPU count;

@@ -57,7 +57,7 @@ class Trainer {
         backend_(*device_.backend),
         dims_(gpt_dims_from_config(cfg_)),
         topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size}, device_.comm,
-                  device_.staging ? &*device_.staging : nullptr),
+                  device_.access ? &*device_.access : nullptr),
         train_data_(TokenDataset::open(cfg_.data.train, dims_.vocab_size, "data.train")),
         engine_(backend_, topology_.dp(), topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
                 engine_settings_from_config(cfg_)),
@@ -159,7 +159,7 @@ void Trainer::report_memory() {
 
 void Trainer::describe_devices() {
   const char* comm = device_.comm == CommBackendKind::Nccl ? "nccl"
-                     : device_.staging                      ? "mpi (device buffers staged through host memory)"
+                     : device_.access                      ? "mpi (device buffers staged through host memory)"
                                                             : "mpi";
   log_info("device: {} | communication: {}", device_.description, comm);
 }

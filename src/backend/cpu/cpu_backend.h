@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
   void reset_peak_memory() override;
   double peak_flops() const override { return 0.0; }
   void synchronize() override {}
+  void* cuda_stream() const override { return nullptr; }
 
   Buffer allocate(size_t bytes) override;
   void copy(Tensor src, Tensor dst) override;

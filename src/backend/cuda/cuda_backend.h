@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_index_; }
   void synchronize() override;
+  void* cuda_stream() const override { return stream_; }
 
  private:
   // Grow-only device scratch shared by the ops (they run in stream order, so one op's use

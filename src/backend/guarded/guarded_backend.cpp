@@ -107,6 +107,7 @@ class GuardedBackend final : public Backend {
   }
   double peak_flops() const override { return 0.0; }
   void synchronize() override {}
+  void* cuda_stream() const override { return nullptr; }
   void reset_peak_memory() override {
     GuardRegistry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
