@@ -40,6 +40,11 @@ void Backend::linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias)
   matmul(out, inp, weight, bias, /*trans_a=*/false, /*trans_b=*/false, /*accumulate=*/false);
 }
 
+void Backend::linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) {
+  linear_forward(pre, inp, weight, bias);
+  gelu_forward(out, pre);
+}
+
 void Backend::linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                               Tensor weight) {
   if (dinp.defined()) matmul(dinp, dout, weight, Tensor(), false, /*trans_b=*/true, false);

@@ -162,6 +162,10 @@ class Backend {
   // Linear layer with weights in HF Conv1D layout: out (N, Out) = inp (N, In) · weight (In, Out)
   // + bias (Out); overwrites; bias optional.
   void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
+  // The MLP's first projection and its activation: pre (N, Out) = inp · weight + bias and
+  // out (N, Out) = gelu(pre), both overwritten (pre is kept for the backward). A backend may
+  // fuse the two (a GEMM epilogue); by default linear_forward then gelu_forward.
+  virtual void linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias);
   // dinp (N, In) = dout · weightᵀ, overwritten (optional); dweight (In, Out) += inpᵀ · dout;
   // dbias (Out) += Σ dout (optional).
   void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight);

@@ -234,8 +234,7 @@ void Gpt::block_forward(const BlockParams& p, const BlockActs& a, Tensor input, 
   backend_.linear_forward(proj_out, a.atty, p.attn_proj_w, p.attn_proj_b);
   backend_.add(a.x_mid, input, proj_out);
   backend_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.ln2_w, p.ln2_b);
-  backend_.linear_forward(a.fch, a.ln2, p.fc_w, p.fc_b);
-  backend_.gelu_forward(a.fch_gelu, a.fch);
+  backend_.linear_gelu_forward(a.fch_gelu, a.fch, a.ln2, p.fc_w, p.fc_b);
   if (write_output) {
     backend_.linear_forward(proj_out, a.fch_gelu, p.proj_w, p.proj_b);
     backend_.add(output, a.x_mid, proj_out);

@@ -52,6 +52,9 @@ class CudaBackend final : public Backend {
   void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
                           Tensor mean, Tensor rstd) override;
   void gelu_forward(Tensor out, Tensor inp) override;
+  // bf16/fp16: one GEMM with cuBLASLt's GELU+bias epilogue (GELU of the fp32 accumulator);
+  // fp32: the unfused ops, which match the CPU backend's rounding.
+  void linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) override;
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head) override;
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head) override;

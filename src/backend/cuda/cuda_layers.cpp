@@ -65,6 +65,14 @@ void CudaBackend::matmul_gelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, T
   gemm_->run(p, ptrs);
 }
 
+void CudaBackend::linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) {
+  if (out.dtype == DType::F32 || !bias.defined()) {
+    Backend::linear_gelu_forward(out, pre, inp, weight, bias);
+    return;
+  }
+  matmul_gelu(out, pre, inp, weight, bias, false, false);
+}
+
 void CudaBackend::bias_backward(Tensor dbias, Tensor dout) {
   const char* op = "bias_backward";
   require_device(op, {&dbias, &dout});
