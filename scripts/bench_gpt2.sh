@@ -11,7 +11,7 @@
 #   STRATA_BUILD_DIR   build folder with bin/strata and tests/gpu/bench_kernels (default build-gpu)
 #   BENCH_MODELS       models to run (default "124m 1558m")
 #   BENCH_BATCH_124M, BENCH_BATCH_1558M   micro-batch per model (default 32 and 8)
-#   BENCH_STEPS        strata steps (default 30; the first 5 are not counted)
+#   BENCH_STEPS        steps of each run (default 30; the first 5, where torch.compile compiles, are not timed)
 #   STRATA_PYTHON3     python with torch (default python3)
 #   STRATA_HOST_LD_LIBRARY_PATH  when set, the library path python runs with (see gpu_check.sh)
 set -uo pipefail
@@ -92,7 +92,7 @@ PY
   if [ "$have_torch" -eq 1 ]; then
     echo "== pytorch GPT-2 $model: batch $b x 1024, bf16 autocast, torch.compile"
     torch_json="$("${python_env[@]}" "$python" "$root/scripts/bench_pytorch_gpt2.py" --n-layer "${layers[$model]}" \
-      --n-head "${heads[$model]}" --d-model "${width[$model]}" --batch "$b" --seq 1024 --steps 20 --warmup 10 \
+      --n-head "${heads[$model]}" --d-model "${width[$model]}" --batch "$b" --seq 1024 --steps "$((steps - warmup_steps))" --warmup "$warmup_steps" \
       2>"$out/pytorch_$model.log" | tail -n 1)"
     [ -n "$torch_json" ] || torch_json='{"impl": "pytorch", "error": "failed; see pytorch log"}'
   fi
