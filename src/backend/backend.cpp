@@ -40,6 +40,12 @@ void Backend::linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias)
   matmul(out, inp, weight, bias, /*trans_a=*/false, /*trans_b=*/false, /*accumulate=*/false);
 }
 
+void Backend::residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
+                                         Tensor weight, Tensor bias) {
+  add(residual, a, b);
+  layernorm_forward(out, mean, rstd, residual, weight, bias);
+}
+
 void Backend::linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) {
   linear_forward(pre, inp, weight, bias);
   gelu_forward(out, pre);

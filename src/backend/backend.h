@@ -119,6 +119,12 @@ class Backend {
   // mean, rstd (N): saved for backward (overwritten); optional.
   virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                                  Tensor bias) = 0;
+  // The residual connection and the next layernorm: residual (N, C) = a + b, rounded to its
+  // dtype, then out, mean, rstd = layernorm_forward of that rounded residual; all overwritten.
+  // residual may alias a or b. A backend may fuse the two passes; by default add then
+  // layernorm_forward.
+  virtual void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
+                                          Tensor weight, Tensor bias);
   // Accumulates dinp (N, C), dweight (C), dbias (C) from dout (N, C) and the saved mean, rstd.
   virtual void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                   Tensor weight, Tensor mean, Tensor rstd) = 0;

@@ -225,20 +225,16 @@ void Gpt::load_tokens(const int32_t* tokens, const int32_t* targets, int B, int 
   }
 }
 
-void Gpt::block_forward(const BlockParams& p, const BlockActs& a, Tensor input, Tensor output, bool write_output,
-                        int B, int T) {
+void Gpt::block_forward(const BlockParams& p, const BlockActs& a, Tensor input, bool ln1_done, bool project, int B,
+                        int T) {
   Tensor proj_out = act(block_out_offset_, {B, T, dims_.d_model});
-  backend_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p.ln1_w, p.ln1_b);
+  if (!ln1_done) backend_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p.ln1_w, p.ln1_b);
   backend_.linear_forward(a.qkv, a.ln1, p.attn_w, p.attn_b);
   backend_.attention_forward(a.atty, a.lse, a.qkv, dims_.n_head);
   backend_.linear_forward(proj_out, a.atty, p.attn_proj_w, p.attn_proj_b);
-  backend_.add(a.x_mid, input, proj_out);
-  backend_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x_mid, p.ln2_w, p.ln2_b);
+  backend_.residual_layernorm_forward(a.x_mid, a.ln2, a.ln2_mean, a.ln2_rstd, input, proj_out, p.ln2_w, p.ln2_b);
   backend_.linear_gelu_forward(a.fch_gelu, a.fch, a.ln2, p.fc_w, p.fc_b);
-  if (write_output) {
-    backend_.linear_forward(proj_out, a.fch_gelu, p.proj_w, p.proj_b);
-    backend_.add(output, a.x_mid, proj_out);
-  }
+  if (project) backend_.linear_forward(proj_out, a.fch_gelu, p.proj_w, p.proj_b);
 }
 
 void Gpt::run_forward(int B, int T) {
@@ -248,17 +244,31 @@ void Gpt::run_forward(int B, int T) {
   const Tensor wte = param_view(emb, specs_[0]);
   backend_.embedding_forward(residual(0, B, T), act(tokens_offset_, {B, T}, DType::I32), wte,
                              param_view(emb, specs_[1]));
+  // Block l's output (x_mid + its MLP output, left in block_out) is formed together with the
+  // layernorm that reads it next: block l + 1's ln_1, or ln_f after the last block.
+  const Tensor mlp_out = act(block_out_offset_, {B, T, dims_.d_model});
+  Tensor prev_x_mid;
   for (int l = 0; l < L; ++l) {
     void* block = store_->acquire_params(l + 1, Pass::Forward);
-    block_forward(block_params(l, block, dtype_), block_acts(l, B, T), residual(l, B, T), residual(l + 1, B, T), true,
-                  B, T);
+    const BlockParams p = block_params(l, block, dtype_);
+    const BlockActs a = block_acts(l, B, T);
+    if (l > 0) {
+      backend_.residual_layernorm_forward(residual(l, B, T), a.ln1, a.ln1_mean, a.ln1_rstd, prev_x_mid, mlp_out,
+                                          p.ln1_w, p.ln1_b);
+    }
+    block_forward(p, a, residual(l, B, T), /*ln1_done=*/l > 0, /*project=*/true, B, T);
+    prev_x_mid = a.x_mid;
     store_->release_params(l + 1, Pass::Forward);
   }
   void* final_ln = store_->acquire_params(L + 1, Pass::Forward);
   Tensor lnf = act(lnf_offset_, {B, T, dims_.d_model});
-  backend_.layernorm_forward(lnf, act(lnf_mean_offset_, {B, T}, DType::F32), act(lnf_rstd_offset_, {B, T}, DType::F32),
-                             residual(L, B, T), param_view(final_ln, specs_[lnf_spec]),
-                             param_view(final_ln, specs_[lnf_spec + 1]));
+  const Tensor lnf_w = param_view(final_ln, specs_[lnf_spec]), lnf_b = param_view(final_ln, specs_[lnf_spec + 1]);
+  const Tensor lnf_mean = act(lnf_mean_offset_, {B, T}, DType::F32), lnf_rstd = act(lnf_rstd_offset_, {B, T}, DType::F32);
+  if (L > 0) {
+    backend_.residual_layernorm_forward(residual(L, B, T), lnf, lnf_mean, lnf_rstd, prev_x_mid, mlp_out, lnf_w, lnf_b);
+  } else {
+    backend_.layernorm_forward(lnf, lnf_mean, lnf_rstd, residual(0, B, T), lnf_w, lnf_b);
+  }
   store_->release_params(L + 1, Pass::Forward);
   // Tied head: logits (B·T, Vp) = ln_f(x) · wteᵀ.
   backend_.matmul(act(logits_offset_, {B, T, dims_.padded_vocab}), lnf, wte, Tensor(), false, /*trans_b=*/true, false);
@@ -346,7 +356,7 @@ void Gpt::backward(float dloss) {
     const BlockActs a = block_acts(l, B, T);
     const BlockParams p = block_params(l, store_->acquire_params(l + 1, Pass::Backward), dtype_);
     const BlockParams g = block_params(l, store_->acquire_grads(l + 1), DType::F32);
-    if (recompute_ == ActivationRecompute::Full) block_forward(p, a, residual(l, B, T), Tensor(), false, B, T);
+    if (recompute_ == ActivationRecompute::Full) block_forward(p, a, residual(l, B, T), false, false, B, T);
     block_backward(p, g, a, residual(l, B, T), dres, B, T);
     group_done(l + 1);
   }

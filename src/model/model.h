@@ -187,9 +187,12 @@ class Gpt {
   void load_tokens(const int32_t* tokens, const int32_t* targets, int B, int T);
   // Embedding, all blocks, final LN and logits for the loaded tokens.
   void run_forward(int B, int T);
-  // One block; with write_output false the residual output (not needed by backward) is skipped.
-  void block_forward(const BlockParams& p, const BlockActs& acts, Tensor input, Tensor output, bool write_output,
-                     int B, int T);
+  // One block from its input (the residual stream) up to the MLP's output projection, left in
+  // the block_out scratch: the caller adds it to x_mid, fused with the next layernorm. ln1_done:
+  // the caller already wrote acts.ln1 (and its statistics) of this input. With project false
+  // the output projection (not needed by backward's recomputation) is skipped.
+  void block_forward(const BlockParams& p, const BlockActs& acts, Tensor input, bool ln1_done, bool project, int B,
+                     int T);
   void block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& acts, Tensor input,
                       Tensor dresidual, int B, int T);
   BlockActs block_acts(int layer, int B, int T) const;

@@ -10,7 +10,7 @@
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/device_memory.h"
 #include "core/check.h"
-
+#include "elementwise.cuh"
 
 namespace strata::cuda {
 
@@ -64,12 +64,14 @@ GemmProblem make_gemm_problem(const char* op, const Tensor& out, const Tensor& a
   return p;
 }
 
+bool gelu_epilogue_fusable(const GemmProblem& p) { return p.n % 8 == 0; }
+
 bool GemmKey::operator==(const GemmKey& o) const {
   const GemmProblem &x = problem, &y = o.problem;
   return x.m == y.m && x.n == y.n && x.k == y.k && x.trans_a == y.trans_a && x.trans_b == y.trans_b &&
          x.accumulate == y.accumulate && x.ab_type == y.ab_type && x.out_type == y.out_type &&
          x.epilogue == y.epilogue && tf32 == o.tf32 && align_a == o.align_a && align_b == o.align_b &&
-         align_out == o.align_out && align_bias == o.align_bias;
+         align_out == o.align_out && align_bias == o.align_bias && align_aux == o.align_aux;
 }
 
 size_t GemmKeyHash::operator()(const GemmKey& key) const {
@@ -89,7 +91,8 @@ size_t GemmKeyHash::operator()(const GemmKey& key) const {
       static_cast<uint64_t>(p.ab_type) << 8 | static_cast<uint64_t>(p.out_type) << 16 |
       static_cast<uint64_t>(p.epilogue) << 24);
   mix(static_cast<uint64_t>(key.align_a) | static_cast<uint64_t>(key.align_b) << 8 |
-      static_cast<uint64_t>(key.align_out) << 16 | static_cast<uint64_t>(key.align_bias) << 24);
+      static_cast<uint64_t>(key.align_out) << 16 | static_cast<uint64_t>(key.align_bias) << 24 |
+      static_cast<uint64_t>(key.align_aux) << 32);
   return static_cast<size_t>(h);
 }
 
@@ -204,6 +207,16 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmKey& key, const GemmPointers& p
 }
 
 void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
+  if (problem.epilogue == GemmEpilogue::GeluBias && !gelu_epilogue_fusable(problem)) {
+    GemmProblem biased = problem;
+    biased.epilogue = GemmEpilogue::Bias;
+    GemmPointers into_pre = ptrs;
+    into_pre.out = ptrs.pre_gelu;
+    into_pre.pre_gelu = nullptr;
+    run(biased, into_pre);
+    CUDA_CHECK(cuda::gelu_forward(ptrs.out, ptrs.pre_gelu, problem.out_type, problem.m * problem.n, stream_));
+    return;
+  }
   GemmKey key;
   key.problem = problem;
   key.tf32 = allow_tf32_ && problem.ab_type == ElemType::F32;
@@ -211,6 +224,7 @@ void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
   key.align_b = alignment_class(ptrs.b);
   key.align_out = alignment_class(ptrs.out);
   key.align_bias = ptrs.bias ? alignment_class(ptrs.bias) : 0;
+  key.align_aux = ptrs.pre_gelu ? alignment_class(ptrs.pre_gelu) : 0;
   Plan& plan = plan_for(key, ptrs);
   set_call_pointers(plan.desc, problem, ptrs);
   const float alpha = 1.0f, beta = problem.accumulate ? 1.0f : 0.0f;

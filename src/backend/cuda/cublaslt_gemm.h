@@ -49,12 +49,18 @@ ColumnMajorGemm column_major_view(const GemmProblem& p);
 GemmProblem make_gemm_problem(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
                               const Tensor& bias, bool trans_a, bool trans_b, bool accumulate);
 
+// cuBLASLt's GELU epilogue needs the pre-activation's leading dimension (n) to be a multiple of
+// 8; GemmRunner::run computes other GeluBias problems as a Bias GEMM into pre_gelu plus the
+// GELU kernel.
+bool gelu_epilogue_fusable(const GemmProblem& p);
+
 // Cache key of a plan: the problem, the compute mode and each pointer's alignment class
-// (cuBLASLt picks kernels by alignment, up to 16 bytes).
+// (cuBLASLt picks kernels by alignment, up to 16 bytes; the heuristic reads the bias and GELU
+// pre-activation pointers too, so their classes are part of the key).
 struct GemmKey {
   GemmProblem problem;
   bool tf32 = false;
-  uint8_t align_a = 0, align_b = 0, align_out = 0, align_bias = 0;
+  uint8_t align_a = 0, align_b = 0, align_out = 0, align_bias = 0, align_aux = 0;
   bool operator==(const GemmKey& o) const;
 };
 struct GemmKeyHash {
