@@ -17,6 +17,12 @@ inline int64_t layernorm_blocks(int64_t rows) { return std::max<int64_t>(1, ceil
 cudaError_t layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                               const void* bias, ElemType type, int64_t rows, int64_t cols, cudaStream_t stream);
 
+// residual = a + b rounded to `type` (residual may alias a or b), then layernorm_forward of it,
+// in one pass over each row; every tensor but mean/rstd shares `type`.
+cudaError_t residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd, const void* a,
+                                       const void* b, const void* weight, const void* bias, ElemType type,
+                                       int64_t rows, int64_t cols, cudaStream_t stream);
+
 inline size_t layernorm_backward_workspace_bytes(int64_t rows, int64_t cols) {
   return column_reduce_workspace_bytes(rows, cols, 2);
 }

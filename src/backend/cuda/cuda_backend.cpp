@@ -255,6 +255,7 @@ void CudaBackend::adamw_update_with_copy(Tensor param, Tensor grad, Tensor exp_a
           "bias corrections must be positive (1 − β^t with t ≥ 1)");
   float* m = f32_or_null(exp_avg, op, "exp_avg");
   float* v = f32_or_null(exp_avg_sq, op, "exp_avg_sq");
+  require(m && v, op, "exp_avg and exp_avg_sq are required");
   const ElemType copy_type = param_copy.defined() ? elem_type_of(param_copy, op, "param_copy") : ElemType::BF16;
   CUDA_CHECK(cuda::adamw_update(param.data, elem_type_of(param, op, "param"), grad.data, elem_type_of(grad, op, "grad"),
                                 m, v, param_copy.data, copy_type, n, adamw_scalars(args), stream_));

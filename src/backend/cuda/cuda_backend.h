@@ -49,6 +49,9 @@ class CudaBackend final : public Backend {
   void bias_backward(Tensor dbias, Tensor dout) override;
   void add(Tensor out, Tensor a, Tensor b) override;
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias) override;
+  // One kernel: each row's sum is rounded, stored and normalized in a single pass.
+  void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
+                                  Tensor weight, Tensor bias) override;
   void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
                           Tensor mean, Tensor rstd) override;
   void gelu_forward(Tensor out, Tensor inp) override;
@@ -85,8 +88,6 @@ class CudaBackend final : public Backend {
   // Grow-only device scratch shared by the ops (they run in stream order, so one op's use
   // ends before the next op's kernels start); returns its base.
   void* scratch(size_t bytes);
-  // Device pointer to I32 ids: the tensor itself, or a copy of host ids in scratch at `offset`.
-  const int32_t* device_ids(const Tensor& ids, size_t offset);
   // Resets the bad-row flag, to be read back by bad_row_after().
   void reset_bad_row();
   // Waits for the stream and returns the smallest reported bad row (or −1).

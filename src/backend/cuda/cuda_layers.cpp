@@ -97,6 +97,23 @@ void CudaBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor
                                      weight.data, bias.data, type, n, c, stream_));
 }
 
+void CudaBackend::residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b,
+                                             Tensor weight, Tensor bias) {
+  const char* op = "residual_layernorm_forward";
+  require_device(op, {&residual, &out, &mean, &rstd, &a, &b, &weight, &bias});
+  const int64_t n = rows_of(residual), c = cols_of(residual);
+  require(a.numel() == residual.numel() && b.numel() == residual.numel() && out.numel() == residual.numel() &&
+              weight.numel() == c && bias.numel() == c,
+          op, "residual " + residual.shape_string() + ", a " + a.shape_string() + ", b " + b.shape_string() +
+                  ", out " + out.shape_string() + ", weight " + weight.shape_string());
+  require((!mean.defined() || mean.numel() == n) && (!rstd.defined() || rstd.numel() == n), op,
+          "mean/rstd must have " + std::to_string(n) + " elements");
+  const ElemType type = common_elem_type(op, {&residual, &out, &a, &b, &weight, &bias});
+  CUDA_CHECK(cuda::residual_layernorm_forward(residual.data, out.data, f32_or_null(mean, op, "mean"),
+                                              f32_or_null(rstd, op, "rstd"), a.data, b.data, weight.data, bias.data,
+                                              type, n, c, stream_));
+}
+
 void CudaBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
                                      Tensor mean, Tensor rstd) {
   const char* op = "layernorm_backward";
@@ -108,6 +125,7 @@ void CudaBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, 
   const ElemType type = common_elem_type(op, {&inp, &dinp, &dout, &weight});
   const float* mean_f = f32_or_null(mean, op, "mean");
   const float* rstd_f = f32_or_null(rstd, op, "rstd");
+  require(mean_f && rstd_f, op, "mean and rstd are required");
   auto* partials = static_cast<double*>(scratch(layernorm_backward_workspace_bytes(n, c)));
   CUDA_CHECK(cuda::layernorm_backward(dinp.data, dweight.data, elem_type_of(dweight, op, "dweight"), dbias.data,
                                       elem_type_of(dbias, op, "dbias"), dout.data, inp.data, weight.data, mean_f, rstd_f,

@@ -219,3 +219,76 @@ TEST_CASE("gpu: cross-entropy at GPT-2 vocabulary size repeats bit for bit") {
   CHECK(losses.gpu_bytes() == first_losses);
   CHECK(logits.gpu_bytes() == first_dlogits);
 }
+
+TEST_CASE("gpu: matmul_gelu on a width the GELU epilogue cannot take runs unfused and matches the CPU") {
+  // cuBLASLt's GELU epilogue needs the pre-activation's leading dimension (n) divisible by 8.
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Mirrored x({64, 96}, dtype), w({96, 100}, dtype), bias({100}, dtype);
+    Mirrored pre({64, 100}, dtype), out({64, 100}, dtype);
+    x.randomize(44);
+    w.randomize(45, 0.1f);
+    bias.randomize(46, 0.1f);
+    cpu().matmul(pre.cpu_tensor, x.cpu_tensor, w.cpu_tensor, bias.cpu_tensor, false, false, false);
+    cpu().gelu_forward(out.cpu_tensor, pre.cpu_tensor);
+    gpu().matmul_gelu(out.gpu_tensor, pre.gpu_tensor, x.gpu_tensor, w.gpu_tensor, bias.gpu_tensor, false, false);
+    const std::string what = std::string(dtype_name(dtype)) + " n=100";
+    check_relative(pre.gpu_values(), pre.cpu_values(), tolerance(dtype), "matmul_gelu pre-activation " + what);
+    check_relative(out.gpu_values(), out.cpu_values(), tolerance(dtype), "matmul_gelu output " + what);
+  }
+}
+
+TEST_CASE("gpu: residual_layernorm_forward equals add then layernorm_forward, in place too") {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (int64_t c : {int64_t{768}, int64_t{100}}) {
+      const int64_t n = 1031;
+      Mirrored a({n, c}, dtype), b({n, c}, dtype), w({c}, dtype), bias({c}, dtype);
+      Mirrored residual({n, c}, dtype), out({n, c}, dtype), mean({n}, DType::F32), rstd({n}, DType::F32);
+      a.randomize(71, 2.0f);
+      b.randomize(72);
+      w.randomize(73);
+      bias.randomize(74);
+      const std::string what = std::string(dtype_name(dtype)) + " C=" + std::to_string(c);
+      cpu().residual_layernorm_forward(residual.cpu_tensor, out.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor,
+                                       a.cpu_tensor, b.cpu_tensor, w.cpu_tensor, bias.cpu_tensor);
+      gpu().residual_layernorm_forward(residual.gpu_tensor, out.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor,
+                                       a.gpu_tensor, b.gpu_tensor, w.gpu_tensor, bias.gpu_tensor);
+      // The residual is one rounded add: exact against the CPU's.
+      CHECK(residual.gpu_values() == residual.cpu_values());
+      check_relative(out.gpu_values(), out.cpu_values(), tolerance(dtype), "residual layernorm out " + what);
+      check_relative(mean.gpu_values(), mean.cpu_values(), 1e-5, "residual layernorm mean " + what);
+      check_relative(rstd.gpu_values(), rstd.cpu_values(), 1e-5, "residual layernorm rstd " + what);
+      // The unfused GPU ops give the same bits (the model's recomputation relies on it).
+      Mirrored out2({n, c}, dtype), mean2({n}, DType::F32), rstd2({n}, DType::F32);
+      gpu().layernorm_forward(out2.gpu_tensor, mean2.gpu_tensor, rstd2.gpu_tensor, residual.gpu_tensor, w.gpu_tensor,
+                              bias.gpu_tensor);
+      CHECK(out2.gpu_bytes() == out.gpu_bytes());
+      CHECK(rstd2.gpu_bytes() == rstd.gpu_bytes());
+      // In place: the residual overwrites a.
+      gpu().residual_layernorm_forward(a.gpu_tensor, out2.gpu_tensor, mean2.gpu_tensor, rstd2.gpu_tensor, a.gpu_tensor,
+                                       b.gpu_tensor, w.gpu_tensor, bias.gpu_tensor);
+      CHECK(a.gpu_bytes() == residual.gpu_bytes());
+      CHECK(out2.gpu_bytes() == out.gpu_bytes());
+    }
+  }
+}
+
+TEST_CASE("gpu: linear_gelu_forward fuses in bf16 and stays exact in fp32") {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Mirrored x({128, 256}, dtype), w({256, 1024}, dtype), bias({1024}, dtype);
+    Mirrored pre({128, 1024}, dtype), out({128, 1024}, dtype), pre2({128, 1024}, dtype), out2({128, 1024}, dtype);
+    x.randomize(81);
+    w.randomize(82, 0.05f);
+    bias.randomize(83, 0.1f);
+    cpu().linear_gelu_forward(out.cpu_tensor, pre.cpu_tensor, x.cpu_tensor, w.cpu_tensor, bias.cpu_tensor);
+    gpu().linear_gelu_forward(out.gpu_tensor, pre.gpu_tensor, x.gpu_tensor, w.gpu_tensor, bias.gpu_tensor);
+    const std::string what = dtype_name(dtype);
+    check_relative(pre.gpu_values(), pre.cpu_values(), tolerance(dtype), "linear_gelu pre " + what);
+    check_relative(out.gpu_values(), out.cpu_values(), tolerance(dtype), "linear_gelu out " + what);
+    if (dtype == DType::F32) {
+      // fp32 takes the unfused path: the same bits as matmul then gelu_forward on the GPU.
+      gpu().matmul(pre2.gpu_tensor, x.gpu_tensor, w.gpu_tensor, bias.gpu_tensor, false, false, false);
+      gpu().gelu_forward(out2.gpu_tensor, pre2.gpu_tensor);
+      CHECK(out2.gpu_bytes() == out.gpu_bytes());
+    }
+  }
+}
