@@ -278,14 +278,30 @@ void Gpt::run_forward(int B, int T) {
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   check_batch(B, T);
   if (!tokens || !targets) throw std::invalid_argument("Gpt::forward needs both tokens and targets");
-  backward_ready_ = false;
+  backward_ready_ = dlogits_ready_ = false;
   load_tokens(tokens, targets, B, T);
   run_forward(B, T);
-  Tensor losses = act(losses_offset_, {B, T}, DType::F32);
-  backend_.softmax_cross_entropy(act(logits_offset_, {B, T, dims_.padded_vocab}), losses,
+  backend_.softmax_cross_entropy(act(logits_offset_, {B, T, dims_.padded_vocab}), act(losses_offset_, {B, T}, DType::F32),
                                  act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, false, 0.0f);
+  return mean_loss(B, T);
+}
+
+float Gpt::forward_for_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
+  check_batch(B, T);
+  if (!tokens || !targets) throw std::invalid_argument("Gpt::forward_for_backward needs both tokens and targets");
+  backward_ready_ = dlogits_ready_ = false;
+  load_tokens(tokens, targets, B, T);
+  run_forward(B, T);
+  backend_.softmax_cross_entropy(act(logits_offset_, {B, T, dims_.padded_vocab}), act(losses_offset_, {B, T}, DType::F32),
+                                 act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, true, dloss);
+  dlogits_ready_ = true;
+  dlogits_weight_ = dloss;
+  return mean_loss(B, T);
+}
+
+float Gpt::mean_loss(int B, int T) {
   host_losses_.resize(static_cast<size_t>(B) * static_cast<size_t>(T));
-  backend_.copy(losses, Tensor(host_losses_.data(), DType::F32, {B, T}, Device::CPU));
+  backend_.copy(act(losses_offset_, {B, T}, DType::F32), Tensor(host_losses_.data(), DType::F32, {B, T}, Device::CPU));
   double sum = 0.0;
   for (float l : host_losses_) sum += l;
   backward_ready_ = true;
@@ -297,7 +313,7 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
 Tensor Gpt::forward_logits(const int32_t* tokens, int B, int T) {
   check_batch(B, T);
   if (!tokens) throw std::invalid_argument("Gpt::forward_logits needs tokens");
-  backward_ready_ = false;
+  backward_ready_ = dlogits_ready_ = false;
   load_tokens(tokens, nullptr, B, T);
   run_forward(B, T);
   return act(logits_offset_, {B, T, dims_.padded_vocab});
@@ -323,6 +339,9 @@ void Gpt::block_backward(const BlockParams& p, const BlockParams& g, const Block
 
 void Gpt::backward(float dloss) {
   if (!backward_ready_) throw std::logic_error("Gpt::backward needs the immediately preceding forward()");
+  if (dlogits_ready_ && dloss != dlogits_weight_) {
+    throw std::logic_error("Gpt::backward: dloss differs from the one forward_for_backward used");
+  }
   backward_ready_ = false;
   const int B = last_batch_, T = last_seq_, L = dims_.n_layer;
   const int64_t C = dims_.d_model;
@@ -334,8 +353,11 @@ void Gpt::backward(float dloss) {
   };
   Tensor logits = act(logits_offset_, {B, T, dims_.padded_vocab});
   Tensor tokens = act(tokens_offset_, {B, T}, DType::I32);
-  backend_.softmax_cross_entropy(logits, Tensor(), act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, true,
-                                 dloss);
+  if (!dlogits_ready_) {
+    backend_.softmax_cross_entropy(logits, Tensor(), act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, true,
+                                   dloss);
+  }
+  dlogits_ready_ = false;
   // The embeddings stay acquired to the end: the tied head and the embedding both use wte.
   void* emb = store_->acquire_params(0, Pass::Backward);
   float* demb = store_->acquire_grads(0);

@@ -158,8 +158,13 @@ class Gpt {
   // tokens/targets: (B, T) int32 row-major host arrays, B ≤ max_batch, T ≤ seq_len.
   // Returns the mean loss over the B·T tokens. Token ids ≥ vocab_size throw UserError.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // forward for training: the same loss, and in the same pass over the logits the gradient
+  // of the loss with weight `dloss` per token, which the following backward(dloss) uses (one
+  // read of the (B·T, Vp) logits fewer).
+  float forward_for_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss);
   // Adds the gradient of (Σ over the last forward's tokens of loss_token · dloss) into the
-  // store's gradients. Requires the immediately preceding forward() (of the same batch).
+  // store's gradients. Requires the immediately preceding forward() of the same batch, or
+  // forward_for_backward() with the same dloss (std::logic_error otherwise).
   void backward(float dloss);
   void zero_grads();  // flat store only
 
@@ -231,7 +236,11 @@ class Gpt {
   size_t logits_offset_ = 0, losses_offset_ = 0;
   size_t dresidual_offset_ = 0, dnarrow_offset_ = 0, dwide_offset_ = 0;  // backward scratch
 
+  // The mean of the losses just computed (reading them back to the host).
+  float mean_loss(int B, int T);
   bool backward_ready_ = false;
+  bool dlogits_ready_ = false;  // forward_for_backward wrote dlogits for dlogits_weight_
+  float dlogits_weight_ = 0.0f;
   int last_batch_ = 0, last_seq_ = 0;
   std::vector<float> host_losses_;
 };

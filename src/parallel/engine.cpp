@@ -197,11 +197,12 @@ float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, i
   reducing_ = settings_.zero_stage == 2 || (settings_.zero_stage < 2 && last);
   next_bucket_ = 0;
   Timer t;
-  const float loss = model_->forward(tokens, targets, B, T);
+  // The scale is a power of two (or 1), so scaling dloss adds no rounding of its own.
+  const float scaled_dloss = static_cast<float>(dloss * loss_scaler_.scale());
+  const float loss = model_->forward_for_backward(tokens, targets, B, T, scaled_dloss);
   times_.forward += t.seconds();
   t.reset();
-  // The scale is a power of two (or 1), so scaling dloss adds no rounding of its own.
-  model_->backward(static_cast<float>(dloss * loss_scaler_.scale()));
+  model_->backward(scaled_dloss);
   if (reducing_) {
     // Without overlap nothing was issued during backward; with it, whatever is left.
     while (next_bucket_ < buckets_.size()) issue_reduction(next_bucket_++);

@@ -254,3 +254,23 @@ TEST_CASE("misuse is reported: unknown names, bad token ids, backward without fo
   CHECK_NOTHROW(model.backward(1.0f));
   CHECK_THROWS_AS(model.backward(1.0f), std::logic_error);  // dlogits are consumed
 }
+
+TEST_CASE("forward_for_backward gives forward's loss and, after backward, the same gradients") {
+  auto backend = make_cpu_backend();
+  const int B = 2, T = 8;
+  const std::vector<int32_t> tokens = random_ids(B * T, 37, 31), targets = random_ids(B * T, 37, 32);
+  Gpt plain(tiny_dims(), *backend, B, ActivationRecompute::None);
+  Gpt fused(tiny_dims(), *backend, B, ActivationRecompute::None);
+  randomize(plain, 5, 0.3f);
+  randomize(fused, 5, 0.3f);
+  const float dloss = 1.0f / (B * T);
+  const float loss_plain = plain.forward(tokens.data(), targets.data(), B, T);
+  plain.backward(dloss);
+  const float loss_fused = fused.forward_for_backward(tokens.data(), targets.data(), B, T, dloss);
+  fused.backward(dloss);
+  CHECK(loss_fused == loss_plain);
+  CHECK(values(fused.grads_flat()) == values(plain.grads_flat()));
+  // backward must use the weight the logits' gradient was formed with.
+  fused.forward_for_backward(tokens.data(), targets.data(), B, T, dloss);
+  CHECK_THROWS_AS(fused.backward(2 * dloss), std::logic_error);
+}
