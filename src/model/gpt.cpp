@@ -276,26 +276,24 @@ void Gpt::run_forward(int B, int T) {
 }
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  return forward_loss(tokens, targets, B, T, false, 0.0f);
+}
+
+float Gpt::forward_for_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
+  const float loss = forward_loss(tokens, targets, B, T, true, dloss);
+  dlogits_ready_ = true;
+  dlogits_weight_ = dloss;
+  return loss;
+}
+
+float Gpt::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T, bool write_dlogits, float dloss) {
   check_batch(B, T);
   if (!tokens || !targets) throw std::invalid_argument("Gpt::forward needs both tokens and targets");
   backward_ready_ = dlogits_ready_ = false;
   load_tokens(tokens, targets, B, T);
   run_forward(B, T);
   backend_.softmax_cross_entropy(act(logits_offset_, {B, T, dims_.padded_vocab}), act(losses_offset_, {B, T}, DType::F32),
-                                 act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, false, 0.0f);
-  return mean_loss(B, T);
-}
-
-float Gpt::forward_for_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
-  check_batch(B, T);
-  if (!tokens || !targets) throw std::invalid_argument("Gpt::forward_for_backward needs both tokens and targets");
-  backward_ready_ = dlogits_ready_ = false;
-  load_tokens(tokens, targets, B, T);
-  run_forward(B, T);
-  backend_.softmax_cross_entropy(act(logits_offset_, {B, T, dims_.padded_vocab}), act(losses_offset_, {B, T}, DType::F32),
-                                 act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, true, dloss);
-  dlogits_ready_ = true;
-  dlogits_weight_ = dloss;
+                                 act(targets_offset_, {B, T}, DType::I32), dims_.vocab_size, write_dlogits, dloss);
   return mean_loss(B, T);
 }
 

@@ -236,6 +236,9 @@ class Gpt {
   size_t logits_offset_ = 0, losses_offset_ = 0;
   size_t dresidual_offset_ = 0, dnarrow_offset_ = 0, dwide_offset_ = 0;  // backward scratch
 
+  // Forward, the per-token losses, optionally dlogits (weight dloss) in the same pass; returns
+  // the mean loss.
+  float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T, bool write_dlogits, float dloss);
   // The mean of the losses just computed (reading them back to the host).
   float mean_loss(int B, int T);
   bool backward_ready_ = false;

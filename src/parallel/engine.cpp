@@ -368,18 +368,22 @@ std::vector<FlatSpan> Engine::spans_of(const std::vector<OwnedRun>& runs, float*
   return spans;
 }
 
-std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
-  std::vector<FlatSpan> spans = device_saved_spans(kind);
-  std::vector<StagedSpan>& staged = saving_[static_cast<size_t>(kind)];
+std::vector<FlatSpan> Engine::host_spans(std::vector<FlatSpan> spans, std::vector<StagedSpan>& staged, bool download) {
   staged.clear();
   if (backend_.device() == Device::CPU) return spans;
   for (FlatSpan& span : spans) {
-    StagedSpan s{span, std::vector<float>(static_cast<size_t>(span.count))};
-    backend_.copy(f32_view(span.data, 0, span.count, device()), Tensor(s.host.data(), DType::F32, {span.count}, Device::CPU));
-    span.data = s.host.data();
-    staged.push_back(std::move(s));
+    staged.push_back({span, std::vector<float>(static_cast<size_t>(span.count))});
+    float* host = staged.back().host.data();
+    if (download) {
+      backend_.copy(f32_view(span.data, 0, span.count, device()), Tensor(host, DType::F32, {span.count}, Device::CPU));
+    }
+    span.data = host;
   }
   return spans;
+}
+
+std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
+  return host_spans(device_saved_spans(kind), saving_[static_cast<size_t>(kind)], /*download=*/true);
 }
 
 void Engine::release_saved_spans() {
@@ -387,15 +391,7 @@ void Engine::release_saved_spans() {
 }
 
 std::vector<FlatSpan> Engine::held_spans(StateKind kind) {
-  std::vector<FlatSpan> spans = device_held_spans(kind);
-  std::vector<StagedSpan>& staged = loading_[static_cast<size_t>(kind)];
-  staged.clear();
-  if (backend_.device() == Device::CPU) return spans;
-  for (FlatSpan& span : spans) {
-    staged.push_back({span, std::vector<float>(static_cast<size_t>(span.count))});
-    span.data = staged.back().host.data();
-  }
-  return spans;
+  return host_spans(device_held_spans(kind), loading_[static_cast<size_t>(kind)], /*download=*/false);
 }
 
 std::vector<FlatSpan> Engine::device_saved_spans(StateKind kind) {

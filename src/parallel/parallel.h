@@ -240,6 +240,9 @@ class Engine {
     std::vector<float> host;
   };
   std::vector<StagedSpan> saving_[3], loading_[3];
+  // On a device backend: host copies of `spans` recorded in `staged` (filled from the device
+  // when download), returned in their place; on the CPU the spans themselves.
+  std::vector<FlatSpan> host_spans(std::vector<FlatSpan> spans, std::vector<StagedSpan>& staged, bool download);
   int micro_batches_ = 1, micro_index_ = 0;
   EngineTimes times_;
 };
