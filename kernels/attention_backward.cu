@@ -2,10 +2,12 @@
 // a key-tile kernel accumulates dK and dV over the query tiles at or after it; a query-tile
 // kernel accumulates dQ over the key tiles up to the diagonal. Each output element has one
 // owning block, so no atomics are needed; the price is recomputing P and dP in both kernels.
+// bf16/fp16 at head_dim 64/128 go to the tensor-core kernels after the same first kernel.
 #include <cmath>
 
 #include "attention.cuh"
 #include "attention_tiles.cuh"
+#include "attention_wmma.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -188,21 +190,25 @@ __global__ void __launch_bounds__(kAttentionThreads)
                          dq);
 }
 
-template <typename T, int kMaxDim>
-cudaError_t launch_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t batch,
-                            int64_t seq, int64_t heads, int64_t head_dim, float* delta, cudaStream_t stream) {
+template <typename T>
+cudaError_t launch_row_dot(float* delta, const T* dout, const T* out, int64_t batch, int64_t seq, int64_t heads,
+                           int64_t head_dim, cudaStream_t stream) {
   const dim3 dot_grid(static_cast<unsigned>(ceil_div(heads * seq, 8)), static_cast<unsigned>(batch));
   row_dot_kernel<T><<<dot_grid, 256, 0, stream>>>(delta, dout, out, static_cast<int>(seq), static_cast<int>(heads),
                                                   static_cast<int>(head_dim));
-  cudaError_t rc = cudaGetLastError();
-  if (rc != cudaSuccess) return rc;
+  return cudaGetLastError();
+}
+
+template <typename T, int kMaxDim>
+cudaError_t launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, int64_t batch, int64_t seq,
+                            int64_t heads, int64_t head_dim, const float* delta, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(batch * heads), static_cast<unsigned>(attention_tiles(seq)));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   const int s = static_cast<int>(seq), nh = static_cast<int>(heads), hd = static_cast<int>(head_dim);
 
   const size_t dkdv_smem = attention_dkdv_smem_bytes(kMaxDim);
   auto dkdv = attention_dkdv_kernel<T, kMaxDim>;
-  rc = cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dkdv_smem));
+  cudaError_t rc = cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dkdv_smem));
   if (rc != cudaSuccess) return rc;
   dkdv<<<grid, kAttentionThreads, dkdv_smem, stream>>>(dqkv, dout, qkv, lse, delta, s, nh, hd, scale);
   rc = cudaGetLastError();
@@ -223,15 +229,22 @@ cudaError_t attention_backward(void* dqkv, const void* dout, const void* qkv, co
                                float* workspace, cudaStream_t stream) {
   if (!attention_head_dim_supported(head_dim)) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
+  const bool tensor_cores =
+      attention_uses_tensor_cores(type, head_dim, aligned16(dqkv) && aligned16(dout) && aligned16(qkv));
   return dispatch_float(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto* dst = static_cast<T*>(dqkv);
     const auto* g = static_cast<const T*>(dout);
     const auto* x = static_cast<const T*>(qkv);
     const auto* y = static_cast<const T*>(out);
+    const cudaError_t rc = launch_row_dot<T>(workspace, g, y, batch, seq, heads, head_dim, stream);
+    if (rc != cudaSuccess) return rc;
+    if (tensor_cores)
+      return detail::attention_backward_wmma(dqkv, dout, qkv, lse, workspace, type, batch, seq, heads, head_dim,
+                                             stream);
     if (attention_dim_class(head_dim) == 64)
-      return launch_backward<T, 64>(dst, g, x, y, lse, batch, seq, heads, head_dim, workspace, stream);
-    return launch_backward<T, 128>(dst, g, x, y, lse, batch, seq, heads, head_dim, workspace, stream);
+      return launch_backward<T, 64>(dst, g, x, lse, batch, seq, heads, head_dim, workspace, stream);
+    return launch_backward<T, 128>(dst, g, x, lse, batch, seq, heads, head_dim, workspace, stream);
   });
 }
 

@@ -1,10 +1,12 @@
 // Causal flash-attention forward: one block per (batch·head, 64-query tile) walks the key tiles
 // up to the diagonal with an online softmax (running max and sum per row), so only a 64×64
-// score tile ever exists. Math is fp32 (inputs of any float type are widened on load).
+// score tile ever exists. Math is fp32 (inputs of any float type are widened on load); the
+// launcher hands bf16/fp16 at head_dim 64/128 to the tensor-core kernel instead.
 #include <cmath>
 
 #include "attention.cuh"
 #include "attention_tiles.cuh"
+#include "attention_wmma.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -115,6 +117,8 @@ cudaError_t attention_forward(void* out, float* lse, const void* qkv, ElemType t
                               int64_t heads, int64_t head_dim, cudaStream_t stream) {
   if (!attention_head_dim_supported(head_dim)) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
+  if (attention_uses_tensor_cores(type, head_dim, aligned16(out) && aligned16(qkv)))
+    return detail::attention_forward_wmma(out, lse, qkv, type, batch, seq, heads, head_dim, stream);
   return dispatch_float(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (attention_dim_class(head_dim) == 64)

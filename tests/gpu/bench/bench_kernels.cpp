@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "attention.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -221,10 +222,19 @@ int main(int argc, char** argv) {
     bench.run("gelu_forward (N,4C)", es * 8 * nc, 0, [&] { gpu.gelu_forward(h, h_pre); });
     bench.run("gelu_backward (N,4C)", es * 12 * nc, 0, [&] { gpu.gelu_backward(dh, dh, h_pre); });
     bench.run("add residual (N,C)", es * 3 * nc, 0, [&] { gpu.add(y, y, x); });
-    const double attn_flops = 2.0 * B * T * T * C;  // QKᵀ and PV, causal half
-    bench.run("attention_forward", es * (3 * nc + nc) + 4.0 * B * NH * T, attn_flops,
+    // QKᵀ and PV at 2·T²·hd FLOPs each per (b, h), half of it under the causal mask; the
+    // backward's five products count as 2.5 forwards. The label names the kernels the launcher
+    // picks for these tensors.
+    const int64_t hd = C / NH;
+    const double attn_flops = 4.0 * B * NH * T * T * hd / 2;
+    const cuda::ElemType et = dt == DType::BF16 ? cuda::ElemType::BF16 : cuda::ElemType::F32;
+    const bool attn_tensor_cores = cuda::attention_uses_tensor_cores(
+        et, hd, cuda::aligned16(qkv.data) && cuda::aligned16(att.data) && cuda::aligned16(dqkv.data) &&
+                    cuda::aligned16(datt.data));
+    const std::string attn_path = attn_tensor_cores ? " [tensor cores]" : " [fp32 cores]";
+    bench.run("attention_forward" + attn_path, es * (3 * nc + nc) + 4.0 * B * NH * T, attn_flops,
               [&] { gpu.attention_forward(att, lse, qkv, static_cast<int>(NH)); });
-    bench.run("attention_backward", es * (3 * nc + 3 * nc + 2 * nc) + 4.0 * B * NH * T, 2.5 * attn_flops,
+    bench.run("attention_backward" + attn_path, es * (3 * nc + 3 * nc + 2 * nc) + 4.0 * B * NH * T, 2.5 * attn_flops,
               [&] { gpu.attention_backward(dqkv, datt, qkv, att, lse, static_cast<int>(NH)); });
     bench.run("embedding_forward", es * 3 * nc + 4.0 * N, 0, [&] { gpu.embedding_forward(x, tokens, wte, wpe); });
     bench.run("embedding_backward", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
