@@ -1,0 +1,32 @@
+// Entry points of the emulated tensor-core attention (emu_attention.h): the kernels built from
+// kernels/attention_wmma_*.cu by transform_kernels.py into namespace strata::cuda_emulated,
+// called with the host pointers the tests own.
+#include "emu_attention.h"
+
+#include "attention_wmma.cuh"  // the transformed copy, next to the transformed kernels
+
+namespace strata::emu {
+namespace {
+
+namespace kernels = ::strata::cuda_emulated;
+
+kernels::ElemType elem_type(HalfType type) {
+  return type == HalfType::BF16 ? kernels::ElemType::BF16 : kernels::ElemType::F16;
+}
+
+}  // namespace
+
+int attention_forward(void* out, float* lse, const void* qkv, HalfType type, const AttentionShape& shape) {
+  return kernels::detail::attention_forward_wmma(out, lse, qkv, elem_type(type), shape.batch, shape.seq, shape.heads,
+                                                 shape.head_dim, nullptr);
+}
+
+int attention_backward(void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta,
+                       HalfType type, const AttentionShape& shape) {
+  return kernels::detail::attention_backward_wmma(dqkv, dout, qkv, lse, delta, elem_type(type), shape.batch,
+                                                  shape.seq, shape.heads, shape.head_dim, nullptr);
+}
+
+bool splits_bf16_operands() { return kernels::kAttentionSplitBf16Operands; }
+
+}  // namespace strata::emu

@@ -1,0 +1,64 @@
+// Runtime of the CPU emulator behind the mock CUDA headers: a block's threads are cooperative
+// ucontext threads run in a shuffled order, meeting at __syncthreads/__syncwarp barriers, with
+// poisoned dynamic shared memory and cp.async copies that land at a random legal moment.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "emu_attention.h"
+
+namespace strata::emu {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr Dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+// Largest dynamic shared memory a block may opt into (sm_90) and the default without opt-in.
+constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
+constexpr size_t kDefaultDynamicSharedBytes = 48 * 1024;
+
+// ---- inside a kernel: called by the emulated threads ----
+Dim3 thread_index();
+const Dim3& block_index();
+const Dim3& block_dim();
+const Dim3& grid_dim();
+unsigned lane_index();
+void block_barrier();  // __syncthreads()
+void warp_barrier();   // __syncwarp() over the full warp
+// Each lane posts `bits` and gets the bits posted by lane ^ lane_xor (a full-warp shuffle).
+uint64_t warp_exchange_xor(uint64_t bits, int lane_xor);
+// cp.async: `bytes` (4, 8 or 16) from global src to shared dst, in this thread's open group.
+void async_copy(void* dst, const void* src, int bytes);
+void async_commit();
+void async_wait(int pending_groups);  // lands all but the newest `pending_groups` groups
+// The block's dynamic shared memory; fails if the emulator cannot honour `alignment`.
+unsigned char* dynamic_shared_memory(size_t alignment);
+bool in_shared_memory(const void* p, size_t bytes);
+// Reports a broken rule: raised as EmulationError by the scheduler, naming block and thread.
+[[noreturn]] void fail(const std::string& rule);
+
+// One 16×16×16 product as the lanes of a warp issue it: the operand fragments' raw storage
+// and the result. The lanes of a warp normally issue identical products; pairing each lane's
+// i-th product with the record of the warp's i-th lets one lane compute and the others reuse
+// it after comparing operands, which keeps a warp's 32 copies of each fragment affordable.
+struct ProductRecord {
+  uint64_t key = ~uint64_t{0};
+  int operand_type = 0;
+  unsigned char a[256 * 4], b[256 * 4];  // room for fp32 operands
+  float c[256], d[256];
+};
+// The record of this thread's next product and its key (equal keys: same warp, same index).
+ProductRecord& next_product_record(uint64_t* key);
+
+// ---- host side ----
+// cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes) for the kernel at `kernel_id`.
+void set_dynamic_shared_limit(uintptr_t kernel_id, size_t bytes);
+size_t dynamic_shared_limit(uintptr_t kernel_id);
+// Runs every block of the grid to completion (blocks one after another, in a shuffled order);
+// throws EmulationError when a thread breaks a rule.
+void run_grid(Dim3 grid, Dim3 block, size_t shared_bytes, const std::function<void()>& kernel_body);
+
+}  // namespace strata::emu
