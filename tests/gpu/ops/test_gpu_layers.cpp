@@ -8,12 +8,6 @@
 using namespace strata;
 using namespace strata::gpu_test;
 
-namespace {
-std::initializer_list<int64_t> dims2(bool swap, int64_t r, int64_t c) {
-  return swap ? std::initializer_list<int64_t>{c, r} : std::initializer_list<int64_t>{r, c};
-}
-}  // namespace
-
 TEST_CASE("gpu: matmul matches the CPU for every transpose, bias and accumulate variant") {
   struct Shape {
     int64_t m, n, k;
@@ -22,7 +16,10 @@ TEST_CASE("gpu: matmul matches the CPU for every transpose, bias and accumulate 
     for (DType dtype : {DType::F32, DType::BF16}) {
       for (int variant = 0; variant < 16; ++variant) {
         const bool ta = variant & 1, tb = variant & 2, with_bias = variant & 4, acc = variant & 8;
-        Mirrored a(dims2(ta, s.m, s.k), dtype), b(dims2(tb, s.k, s.n), dtype);
+        // Shapes spelled out at the call: an initializer_list returned from a function would
+        // outlive the array behind it.
+        Mirrored a(ta ? std::initializer_list<int64_t>{s.k, s.m} : std::initializer_list<int64_t>{s.m, s.k}, dtype);
+        Mirrored b(tb ? std::initializer_list<int64_t>{s.n, s.k} : std::initializer_list<int64_t>{s.k, s.n}, dtype);
         Mirrored bias({s.n}, dtype), out({s.m, s.n}, dtype);
         a.randomize(100 + variant);
         b.randomize(200 + variant, 0.05f);
