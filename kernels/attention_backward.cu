@@ -2,6 +2,7 @@
 // a key-tile kernel accumulates dK and dV over the query tiles at or after it; a query-tile
 // kernel accumulates dQ over the key tiles up to the diagonal. Each output element has one
 // owning block, so no atomics are needed; the price is recomputing P and dP in both kernels.
+// Scores and gradients accumulate in double, as in the forward (attention_forward.cu).
 // bf16/fp16 at head_dim 64/128 go to the tensor-core kernels after the same first kernel.
 #include <cmath>
 
@@ -48,7 +49,7 @@ __device__ __forceinline__ HeadView head_view(int bh, int seq, int heads, int he
 // Writes acc · factor into rows (tile row r < valid_rows) of a head slice with the given stride.
 template <typename T, int kMaxDim>
 __device__ __forceinline__ void store_rows(T* dst, int64_t dst_stride, int valid_rows, int head_dim, float factor,
-                                           const float (&acc)[kRowsPerThread][kMaxDim / kColGroups]) {
+                                           const double (&acc)[kRowsPerThread][kMaxDim / kColGroups]) {
   const int ty = threadIdx.x / kColGroups, tx = threadIdx.x % kColGroups;
   const int groups = head_dim / kColGroups;
 #pragma unroll
@@ -57,7 +58,7 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t dst_stride, int valid
     if (r >= valid_rows) continue;
 #pragma unroll
     for (int c = 0; c < kMaxDim / kColGroups; ++c)
-      if (c < groups) dst[r * dst_stride + tx + c * kColGroups] = from_float<T>(acc[a][c] * factor);
+      if (c < groups) dst[r * dst_stride + tx + c * kColGroups] = from_float<T>(static_cast<float>(acc[a][c] * factor));
   }
 }
 
@@ -85,11 +86,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
   load_tile(k_tile, kStride, q_base + view.channels + k0 * view.row_stride, view.row_stride, seq - k0, head_dim);
   load_tile(v_tile, kStride, q_base + 2 * view.channels + k0 * view.row_stride, view.row_stride, seq - k0, head_dim);
 
-  float dk[kRowsPerThread][kGroups], dv[kRowsPerThread][kGroups];
+  double dk[kRowsPerThread][kGroups], dv[kRowsPerThread][kGroups];
 #pragma unroll
   for (int a = 0; a < kRowsPerThread; ++a)
 #pragma unroll
-    for (int c = 0; c < kGroups; ++c) dk[a][c] = dv[a][c] = 0.0f;
+    for (int c = 0; c < kGroups; ++c) dk[a][c] = dv[a][c] = 0.0;
 
   const int q_tiles = gridDim.y;
   for (int qt = k_tile_index; qt < q_tiles; ++qt) {
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
       delta_tile[i] = valid ? delta[view.stat_offset + q0 + i] : 0.0f;
     }
     __syncthreads();
-    float s[kRowsPerThread][kRowsPerThread], dp[kRowsPerThread][kRowsPerThread];
+    double s[kRowsPerThread][kRowsPerThread], dp[kRowsPerThread][kRowsPerThread];
     score_tile(k_tile, q_tile, kStride, head_dim, s);    // Sᵀ: rows keys, columns queries
     score_tile(v_tile, do_tile, kStride, head_dim, dp);  // dPᵀ = V · dOᵀ
 #pragma unroll
@@ -113,10 +114,10 @@ __global__ void __launch_bounds__(kAttentionThreads)
       for (int c = 0; c < kRowsPerThread; ++c) {
         const int i = tx + c * kColGroups;
         const int qi = q0 + i;
-        const float p = (kj <= qi && qi < seq) ? expf(s[a][c] * scale - lse_tile[i]) : 0.0f;
+        const float p = (kj <= qi && qi < seq) ? expf(static_cast<float>(s[a][c] * scale - lse_tile[i])) : 0.0f;
         const int at = (ty * kRowsPerThread + a) * kAttentionScoreStride + i;
         pt_tile[at] = p;
-        dst_tile[at] = p * (dp[a][c] - delta_tile[i]);
+        dst_tile[at] = static_cast<float>(p * (dp[a][c] - delta_tile[i]));
       }
     }
     __syncthreads();
@@ -156,11 +157,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
     delta_tile[i] = valid ? delta[view.stat_offset + q0 + i] : 0.0f;
   }
 
-  float dq[kRowsPerThread][kGroups];
+  double dq[kRowsPerThread][kGroups];
 #pragma unroll
   for (int a = 0; a < kRowsPerThread; ++a)
 #pragma unroll
-    for (int c = 0; c < kGroups; ++c) dq[a][c] = 0.0f;
+    for (int c = 0; c < kGroups; ++c) dq[a][c] = 0.0;
 
   for (int kt = 0; kt <= q_tile_index; ++kt) {
     const int k0 = kt * kAttentionTile;
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     load_tile(v_tile, kStride, q_base + 2 * view.channels + k0 * view.row_stride, view.row_stride, seq - k0,
               head_dim);
     __syncthreads();
-    float s[kRowsPerThread][kRowsPerThread], dp[kRowsPerThread][kRowsPerThread];
+    double s[kRowsPerThread][kRowsPerThread], dp[kRowsPerThread][kRowsPerThread];
     score_tile(q_tile, k_tile, kStride, head_dim, s);    // S: rows queries, columns keys
     score_tile(do_tile, v_tile, kStride, head_dim, dp);  // dP = dO · Vᵀ
 #pragma unroll
@@ -179,8 +180,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #pragma unroll
       for (int c = 0; c < kRowsPerThread; ++c) {
         const int kj = k0 + tx + c * kColGroups;
-        const float p = (kj <= qi && qi < seq) ? expf(s[a][c] * scale - lse_tile[r]) : 0.0f;
-        ds_tile[r * kAttentionScoreStride + tx + c * kColGroups] = p * (dp[a][c] - delta_tile[r]);
+        const float p = (kj <= qi && qi < seq) ? expf(static_cast<float>(s[a][c] * scale - lse_tile[r])) : 0.0f;
+        ds_tile[r * kAttentionScoreStride + tx + c * kColGroups] = static_cast<float>(p * (dp[a][c] - delta_tile[r]));
       }
     }
     __syncthreads();

@@ -1,7 +1,11 @@
 // Causal flash-attention forward: one block per (batch·head, 64-query tile) walks the key tiles
 // up to the diagonal with an online softmax (running max and sum per row), so only a 64×64
-// score tile ever exists. Math is fp32 (inputs of any float type are widened on load); the
-// launcher hands bf16/fp16 at head_dim 64/128 to the tensor-core kernel instead.
+// score tile ever exists. Inputs of any float type are widened to fp32 on load; scores, softmax
+// statistics and the output accumulate in double, P is rounded to fp32. In fp32 the sums over a
+// thousand keys, and scores that nearly cancel the row's log-sum-exp, would otherwise cost about
+// 2e-5 of dQ, dK, dV against exact arithmetic, past the 1e-5 the fp32 path promises. This path is
+// the fallback (fp32 training, unusual head dims, misaligned tensors): the launcher hands
+// bf16/fp16 at head_dim 64/128 to the tensor-core kernel instead.
 #include <cmath>
 
 #include "attention.cuh"
@@ -35,14 +39,14 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
   load_tile(q_tile, kStride, q_base + q0 * row_stride, row_stride, seq - q0, head_dim);
 
-  float o[kRowsPerThread][kGroups];
-  float row_max[kRowsPerThread], row_sum[kRowsPerThread];
+  double o[kRowsPerThread][kGroups];
+  double row_max[kRowsPerThread], row_sum[kRowsPerThread];
 #pragma unroll
   for (int a = 0; a < kRowsPerThread; ++a) {
     row_max[a] = -INFINITY;
-    row_sum[a] = 0.0f;
+    row_sum[a] = 0.0;
 #pragma unroll
-    for (int c = 0; c < kGroups; ++c) o[a][c] = 0.0f;
+    for (int c = 0; c < kGroups; ++c) o[a][c] = 0.0;
   }
 
   for (int kt = 0; kt <= q_tile_index; ++kt) {
@@ -50,25 +54,25 @@ __global__ void __launch_bounds__(kAttentionThreads)
     __syncthreads();  // previous values consumed; on the first pass, queries loaded
     load_tile(kv_tile, kStride, k_base + k0 * row_stride, row_stride, seq - k0, head_dim);
     __syncthreads();
-    float s[kRowsPerThread][kRowsPerThread];
+    double s[kRowsPerThread][kRowsPerThread];
     score_tile(q_tile, kv_tile, kStride, head_dim, s);
 #pragma unroll
     for (int a = 0; a < kRowsPerThread; ++a) {
       const int qi = q0 + ty * kRowsPerThread + a;
-      float tile_max = -INFINITY;
+      double tile_max = -INFINITY;
 #pragma unroll
       for (int c = 0; c < kRowsPerThread; ++c) {
         const int kj = k0 + tx + c * kColGroups;
         s[a][c] = kj <= qi ? s[a][c] * scale : -INFINITY;
-        tile_max = fmaxf(tile_max, s[a][c]);
+        tile_max = fmax(tile_max, s[a][c]);
       }
       // Key k0 ≤ qi always, so every row has a finite maximum in every visited tile.
-      const float new_max = fmaxf(row_max[a], strip_max(tile_max));
-      const float rescale = expf(row_max[a] - new_max);
-      float tile_sum = 0.0f;
+      const double new_max = fmax(row_max[a], strip_max(tile_max));
+      const double rescale = exp(row_max[a] - new_max);
+      double tile_sum = 0.0;
 #pragma unroll
       for (int c = 0; c < kRowsPerThread; ++c) {
-        const float p = expf(s[a][c] - new_max);
+        const float p = expf(static_cast<float>(s[a][c] - new_max));
         tile_sum += p;
         p_tile[(ty * kRowsPerThread + a) * kAttentionScoreStride + tx + c * kColGroups] = p;
       }
@@ -88,12 +92,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
   for (int a = 0; a < kRowsPerThread; ++a) {
     const int qi = q0 + ty * kRowsPerThread + a;
     if (qi >= seq) continue;
-    const float inv = 1.0f / row_sum[a];
+    const double inv = 1.0 / row_sum[a];
     T* orow = out + (static_cast<int64_t>(b) * seq + qi) * channels + static_cast<int64_t>(h) * head_dim;
 #pragma unroll
     for (int c = 0; c < kGroups; ++c)
-      if (c < groups) orow[tx + c * kColGroups] = from_float<T>(o[a][c] * inv);
-    if (tx == 0) lse[(static_cast<int64_t>(b) * heads + h) * seq + qi] = row_max[a] + logf(row_sum[a]);
+      if (c < groups) orow[tx + c * kColGroups] = from_float<T>(static_cast<float>(o[a][c] * inv));
+    if (tx == 0)
+      lse[(static_cast<int64_t>(b) * heads + h) * seq + qi] = static_cast<float>(row_max[a] + log(row_sum[a]));
   }
 }
 

@@ -52,9 +52,11 @@ class CpuBackend final : public Backend {
                     const AdamWArgs& args) override;
 
  private:
-  // T×T score and score-gradient matrices for one (batch, head) of attention, grown on demand.
-  std::vector<float> scores_;
-  std::vector<float> dscores_;
+  // One (batch, head) of attention in double: T×T scores and their gradient, and the (T, hs)
+  // head slices; grown on demand.
+  std::vector<double> scores_;
+  std::vector<double> dscores_;
+  std::vector<double> heads_;
 };
 
 }  // namespace strata::cpu

@@ -158,6 +158,36 @@ AttentionDims attention_dims(const char* op, const Tensor& qkv, int n_head) {
 
 }  // namespace
 
+// Attention runs in double internally (inputs widened, outputs rounded once): as the fp32
+// reference it must hold 1e-5 of exact arithmetic, and fp32 sums over a thousand keys with
+// scores near the log-sum-exp do not (about 2e-5 at T = 1024). The scale stays the fp32 value
+// the CUDA kernels use.
+namespace {
+
+double attention_scale(int64_t head_size) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_size)));
+}
+
+// (T, hs) head slice with row stride `stride` ↔ a dense double matrix.
+void gather_head(const float* src, int64_t stride, int64_t rows, int64_t cols, double* dst) {
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t e = 0; e < cols; ++e) dst[t * cols + e] = src[t * stride + e];
+}
+void scatter_head(const double* src, int64_t rows, int64_t cols, float* dst, int64_t stride) {
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t e = 0; e < cols; ++e) dst[t * stride + e] = static_cast<float>(src[t * cols + e]);
+}
+
+// Row-major dgemm on dense matrices: c = alpha · op(a) · op(b).
+void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+           const double* b, double* c) {
+  cblas_dgemm(CblasRowMajor, blas_trans(trans_a), blas_trans(trans_b), static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(trans_a ? m : k), b, static_cast<int>(trans_b ? k : n),
+              0.0, c, static_cast<int>(n));
+}
+
+}  // namespace
+
 void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head) {
   const char* op = "attention_forward";
   const AttentionDims d = attention_dims(op, qkv, n_head);
@@ -166,28 +196,32 @@ void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_hea
           "out " + out.shape_string() + " / lse " + lse.shape_string() + " for qkv " + qkv.shape_string());
   Fp32Span sqkv(qkv, Access::Read), so(out, Access::Write), slse(lse, Access::Write);
   scores_.resize(static_cast<size_t>(T * T));
-  float* scores = scores_.data();
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
+  heads_.resize(static_cast<size_t>(4 * T * hs));
+  double* scores = scores_.data();
+  double *q = heads_.data(), *k = q + T * hs, *v = k + T * hs, *o = v + T * hs;
+  const double scale = attention_scale(hs);
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
-      const float* q = sqkv.data() + b * T * 3 * C + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      sgemm(false, true, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f, scores, T);  // (T, T) = q·kᵀ/√hs
+      const float* qkv_head = sqkv.data() + b * T * 3 * C + h * hs;
+      gather_head(qkv_head, 3 * C, T, hs, q);
+      gather_head(qkv_head + C, 3 * C, T, hs, k);
+      gather_head(qkv_head + 2 * C, 3 * C, T, hs, v);
+      dgemm(false, true, T, T, hs, scale, q, k, scores);  // (T, T) = q·kᵀ/√hs
       float* lse_row = slse.data() + (b * d.heads + h) * T;
       for (int64_t i = 0; i < T; ++i) {
-        float* row = scores + i * T;
-        const float max = *std::max_element(row, row + i + 1);
+        double* row = scores + i * T;
+        const double max = *std::max_element(row, row + i + 1);
         double sum = 0.0;
         for (int64_t j = 0; j <= i; ++j) {
           row[j] = std::exp(row[j] - max);
           sum += row[j];
         }
-        for (int64_t j = 0; j <= i; ++j) row[j] = static_cast<float>(row[j] / sum);
-        std::fill(row + i + 1, row + T, 0.0f);  // causal mask
+        for (int64_t j = 0; j <= i; ++j) row[j] /= sum;
+        std::fill(row + i + 1, row + T, 0.0);  // causal mask
         lse_row[i] = static_cast<float>(max + std::log(sum));
       }
-      sgemm(false, false, T, hs, T, 1.0f, scores, T, v, 3 * C, 0.0f, so.data() + b * T * C + h * hs, C);
+      dgemm(false, false, T, hs, T, 1.0, scores, v, o);
+      scatter_head(o, T, hs, so.data() + b * T * C + h * hs, C);
     }
   }
 }
@@ -203,42 +237,45 @@ void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor
   Fp32Span sdqkv(dqkv, Access::Write);
   scores_.resize(static_cast<size_t>(T * T));
   dscores_.resize(static_cast<size_t>(T * T));
-  float* probs = scores_.data();
-  float* dprobs = dscores_.data();
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
+  heads_.resize(static_cast<size_t>(6 * T * hs));
+  double* probs = scores_.data();
+  double* dprobs = dscores_.data();
+  double *q = heads_.data(), *k = q + T * hs, *v = k + T * hs, *dy = v + T * hs, *o = dy + T * hs,
+         *grad = o + T * hs;
+  const double scale = attention_scale(hs);
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
       const int64_t qkv_offset = b * T * 3 * C + h * hs, out_offset = b * T * C + h * hs;
-      const float* q = sqkv.data() + qkv_offset;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      const float* o = so.data() + out_offset;
-      const float* dy = sdo.data() + out_offset;
+      gather_head(sqkv.data() + qkv_offset, 3 * C, T, hs, q);
+      gather_head(sqkv.data() + qkv_offset + C, 3 * C, T, hs, k);
+      gather_head(sqkv.data() + qkv_offset + 2 * C, 3 * C, T, hs, v);
+      gather_head(sdo.data() + out_offset, C, T, hs, dy);
+      gather_head(so.data() + out_offset, C, T, hs, o);
       float* dq = sdqkv.data() + qkv_offset;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
       const float* lse_row = slse.data() + (b * d.heads + h) * T;
       // Recompute the probabilities from the saved log-sum-exp instead of storing them.
-      sgemm(false, true, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f, probs, T);
+      dgemm(false, true, T, T, hs, scale, q, k, probs);
       for (int64_t i = 0; i < T; ++i) {
-        float* row = probs + i * T;
+        double* row = probs + i * T;
         for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] - lse_row[i]);
-        std::fill(row + i + 1, row + T, 0.0f);
+        std::fill(row + i + 1, row + T, 0.0);
       }
-      sgemm(false, true, T, T, hs, 1.0f, dy, C, v, 3 * C, 0.0f, dprobs, T);  // dP = dO·vᵀ
+      dgemm(false, true, T, T, hs, 1.0, dy, v, dprobs);  // dP = dO·vᵀ
       // dS = P ∘ (dP − rowsum(dO ∘ O)); rowsum(dO ∘ O) equals rowsum(P ∘ dP).
       for (int64_t i = 0; i < T; ++i) {
-        double dot = 0.0;
-        for (int64_t e = 0; e < hs; ++e) dot += static_cast<double>(dy[i * C + e]) * o[i * C + e];
-        const float row_dot = static_cast<float>(dot);
-        const float* prow = probs + i * T;
-        float* drow = dprobs + i * T;
+        double row_dot = 0.0;
+        for (int64_t e = 0; e < hs; ++e) row_dot += dy[i * hs + e] * o[i * hs + e];
+        const double* prow = probs + i * T;
+        double* drow = dprobs + i * T;
         for (int64_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - row_dot);
-        std::fill(drow + i + 1, drow + T, 0.0f);
+        std::fill(drow + i + 1, drow + T, 0.0);
       }
-      sgemm(true, false, T, hs, T, 1.0f, probs, T, dy, C, 0.0f, dv, 3 * C);       // dV = Pᵀ·dO
-      sgemm(false, false, T, hs, T, scale, dprobs, T, k, 3 * C, 0.0f, dq, 3 * C);  // dQ = dS·k/√hs
-      sgemm(true, false, T, hs, T, scale, dprobs, T, q, 3 * C, 0.0f, dk, 3 * C);   // dK = dSᵀ·q/√hs
+      dgemm(true, false, T, hs, T, 1.0, probs, dy, grad);  // dV = Pᵀ·dO
+      scatter_head(grad, T, hs, dq + 2 * C, 3 * C);
+      dgemm(false, false, T, hs, T, scale, dprobs, k, grad);  // dQ = dS·k/√hs
+      scatter_head(grad, T, hs, dq, 3 * C);
+      dgemm(true, false, T, hs, T, scale, dprobs, q, grad);  // dK = dSᵀ·q/√hs
+      scatter_head(grad, T, hs, dq + C, 3 * C);
     }
   }
 }
