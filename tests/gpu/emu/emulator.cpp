@@ -3,10 +3,6 @@
 // or exits; then complete barriers are released and inconsistent ones reported.
 #include "emulator.h"
 
-#include <sys/mman.h>
-#include <ucontext.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -15,6 +11,8 @@
 #include <random>
 #include <unordered_map>
 #include <vector>
+
+#include "coroutine.h"
 
 namespace strata::emu {
 namespace {
@@ -41,47 +39,58 @@ struct AsyncCopy {
 };
 using CopyGroup = std::vector<AsyncCopy>;
 
-// A coroutine stack with an inaccessible page below it: an overflow faults at once instead of
-// corrupting whatever lies next to it.
-class GuardedStack {
- public:
-  GuardedStack() {
-    guard_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    void* p = mmap(nullptr, guard_ + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("emulator: cannot map a thread stack");
-    base_ = static_cast<unsigned char*>(p);
-    mprotect(base_, guard_, PROT_NONE);
-  }
-  ~GuardedStack() { munmap(base_, guard_ + kStackBytes); }
-  GuardedStack(const GuardedStack&) = delete;
-  GuardedStack& operator=(const GuardedStack&) = delete;
-  void* bottom() const { return base_ + guard_; }
-
- private:
-  unsigned char* base_ = nullptr;
-  size_t guard_ = 0;
-};
-
 struct EmulatedThread {
-  ucontext_t context;
-  unsigned index = 0;
+  Context context;
+  unsigned index = 0;  // linear: x + y·Dx + z·Dx·Dy
+  Dim3 position;       // threadIdx
   ThreadState state = ThreadState::Exited;
   CopyGroup open_group;                // issued, not yet committed
   std::deque<CopyGroup> committed;     // oldest first
   uint64_t products_issued = 0;
-  GuardedStack stack;
+  GuardedStack stack{kStackBytes};
+};
+
+// One shared-memory region (dynamic or static) between two canary zones.
+struct SharedRegion {
+  std::vector<unsigned char> storage;
+  unsigned char* base = nullptr;
+  size_t bytes = 0;
+
+  void allocate(size_t size) {
+    storage.assign(size + 2 * kCanaryBytes + 2 * 256, kCanary);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(storage.data()) + kCanaryBytes;
+    const uintptr_t aligned = (start - kSharedAlignment + 255) / 256 * 256 + kSharedAlignment;  // ≥ start
+    base = storage.data() + (aligned - reinterpret_cast<uintptr_t>(storage.data()));
+    bytes = size;
+  }
+  bool contains(const void* p, size_t size) const {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(base), at = reinterpret_cast<uintptr_t>(p);
+    return base && at >= begin && size <= bytes && at - begin <= bytes - size;
+  }
+  bool canaries_intact() const {
+    for (size_t i = 0; i < kCanaryBytes; ++i)
+      if (base[-1 - static_cast<std::ptrdiff_t>(i)] != kCanary || base[bytes + i] != kCanary) return false;
+    return true;
+  }
+};
+
+struct StaticVariable {
+  const void* key;
+  size_t offset, bytes;
 };
 
 struct Emulator {
   std::mt19937_64 rng{0x5eedu};
-  std::vector<std::unique_ptr<EmulatedThread>> threads;
-  ucontext_t scheduler;
+  std::vector<std::unique_ptr<EmulatedThread>> thread_pool;
+  Context scheduler;
   EmulatedThread* current = nullptr;
   bool running = false;
   Dim3 grid, block, block_idx;
-  std::vector<unsigned char> shared_storage;
-  unsigned char* shared = nullptr;
-  size_t shared_bytes = 0;
+  unsigned threads = 0;
+  SharedRegion dynamic_shared;
+  SharedRegion static_shared;
+  std::vector<StaticVariable> static_variables;  // of the running block
+  size_t static_used = 0, static_poisoned = 0;
   const std::function<void()>* body = nullptr;
   std::vector<uint64_t> exchange;  // one shuffle slot per thread
   std::vector<ProductRecord> products;
@@ -106,7 +115,10 @@ std::string block_name(const Dim3& b) {
   return "block (" + std::to_string(b.x) + ", " + std::to_string(b.y) + ", " + std::to_string(b.z) + ")";
 }
 
-void yield_to_scheduler(EmulatedThread& t) { swapcontext(&t.context, &emulator().scheduler); }
+void yield_to_scheduler(EmulatedThread& t) { switch_context(t.context, emulator().scheduler); }
+
+unsigned warp_count(unsigned threads) { return (threads + kWarpSize - 1) / kWarpSize; }
+unsigned warp_size(unsigned threads, unsigned warp) { return std::min(kWarpSize, threads - warp * kWarpSize); }
 
 void mix_into_hash(uint64_t& hash, uint64_t value) {
   hash = (hash ^ value) * 0x100000001b3ull;  // FNV-1a step
@@ -119,51 +131,63 @@ void land(AsyncCopy& copy) {
   ++emulator().stats.copies_landed_at_wait;
 }
 
+// Runs the kernel body on the thread's own stack; never returns (the scheduler does not resume
+// an exited or failed thread).
 void thread_entry() {
   Emulator& e = emulator();
-  (*e.body)();
+  try {
+    (*e.body)();
+  } catch (const std::exception& error) {  // e.g. a kernel launched from a kernel
+    fail(error.what());
+  }
   EmulatedThread& t = *e.current;
   // Legal on the hardware, but in these kernels a copy nobody waits for is a lost tile.
   if (!t.open_group.empty()) fail("cp.async copies issued but never committed before the thread exited");
   for (const CopyGroup& group : t.committed)
     if (!group.empty()) fail("cp.async copies committed but never waited for before the thread exited");
   t.state = ThreadState::Exited;
-}  // returning resumes uc_link, the scheduler
+  yield_to_scheduler(t);
+  std::abort();
+}
 
-void prepare_block(Emulator& e, unsigned threads) {
-  std::memset(e.shared, kPoison, e.shared_bytes);
+void prepare_block(Emulator& e) {
+  std::memset(e.dynamic_shared.base, kPoison, e.dynamic_shared.bytes);
+  // Static variables are placed as threads reach them; what the previous block used is poisoned.
+  std::memset(e.static_shared.base, kPoison, e.static_poisoned);
+  e.static_variables.clear();
+  e.static_used = 0;
   ++e.block_serial;
-  for (unsigned i = 0; i < threads; ++i) {
-    EmulatedThread& t = *e.threads[i];
+  for (unsigned i = 0; i < e.threads; ++i) {
+    EmulatedThread& t = *e.thread_pool[i];
     t.index = i;
+    t.position = Dim3(i % e.block.x, i / e.block.x % e.block.y, i / (e.block.x * e.block.y));
     t.state = ThreadState::Runnable;
     t.open_group.clear();
     t.committed.clear();
     t.products_issued = 0;
-    getcontext(&t.context);
-    t.context.uc_stack.ss_sp = t.stack.bottom();
-    t.context.uc_stack.ss_size = kStackBytes;
-    t.context.uc_link = &e.scheduler;
-    makecontext(&t.context, thread_entry, 0);
+    prepare_context(t.context, t.stack, thread_entry);
   }
 }
 
 // Releases whatever barrier is complete; throws when the waiting threads can never proceed.
-void release_barriers(Emulator& e, unsigned threads) {
+// Lanes past the end of a partial last warp do not exist and are not waited for.
+void release_barriers(Emulator& e) {
+  const unsigned threads = e.threads;
   unsigned exited = 0, at_block = 0, at_warp = 0;
   bool released = false;
-  for (unsigned w = 0; w < threads / kWarpSize; ++w) {
+  for (unsigned w = 0; w < warp_count(threads); ++w) {
+    const unsigned lanes = warp_size(threads, w);
     unsigned warp_waiting = 0, warp_exited = 0;
-    for (unsigned l = 0; l < kWarpSize; ++l) {
-      const ThreadState s = e.threads[w * kWarpSize + l]->state;
+    for (unsigned l = 0; l < lanes; ++l) {
+      const ThreadState s = e.thread_pool[w * kWarpSize + l]->state;
       warp_waiting += s == ThreadState::AtWarpBarrier;
       warp_exited += s == ThreadState::Exited;
       at_block += s == ThreadState::AtBlockBarrier;
     }
     exited += warp_exited;
     at_warp += warp_waiting;
-    if (warp_waiting == kWarpSize) {
-      for (unsigned l = 0; l < kWarpSize; ++l) e.threads[w * kWarpSize + l]->state = ThreadState::Runnable;
+    if (warp_waiting == lanes) {
+      for (unsigned l = 0; l < lanes; ++l) e.thread_pool[w * kWarpSize + l]->state = ThreadState::Runnable;
       ++e.stats.warp_barriers;
       released = true;
     } else if (warp_waiting > 0 && warp_exited > 0) {
@@ -181,41 +205,48 @@ void release_barriers(Emulator& e, unsigned threads) {
     throw EmulationError("threads of " + block_name(e.block_idx) + " wait at different barriers: " +
                          std::to_string(at_block) + " at __syncthreads(), " + std::to_string(at_warp) +
                          " at __syncwarp() (a barrier inside divergent code)");
-  for (unsigned i = 0; i < threads; ++i) e.threads[i]->state = ThreadState::Runnable;
+  for (unsigned i = 0; i < threads; ++i) e.thread_pool[i]->state = ThreadState::Runnable;
   ++e.stats.block_barriers;
 }
 
-void run_block(Emulator& e, unsigned threads) {
-  prepare_block(e, threads);
-  std::vector<unsigned> order(threads);
+void run_block(Emulator& e) {
+  prepare_block(e);
+  std::vector<unsigned> order(e.threads);
   std::iota(order.begin(), order.end(), 0u);
   for (;;) {
     std::shuffle(order.begin(), order.end(), e.rng);
     for (unsigned i : order) {
-      EmulatedThread& t = *e.threads[i];
+      EmulatedThread& t = *e.thread_pool[i];
       if (t.state != ThreadState::Runnable) continue;
       mix_into_hash(e.stats.schedule_hash, i);
       e.current = &t;
-      swapcontext(&e.scheduler, &t.context);
+      switch_context(e.scheduler, t.context);
       e.current = nullptr;
       if (t.state == ThreadState::Failed) throw EmulationError(e.failure);
     }
-    const bool all_exited = std::all_of(e.threads.begin(), e.threads.begin() + threads,
+    const bool all_exited = std::all_of(e.thread_pool.begin(), e.thread_pool.begin() + e.threads,
                                         [](const auto& t) { return t->state == ThreadState::Exited; });
     if (all_exited) break;
-    release_barriers(e, threads);
+    release_barriers(e);
   }
-  const unsigned char* before = e.shared - kCanaryBytes;
-  const unsigned char* after = e.shared + e.shared_bytes;
-  for (size_t i = 0; i < kCanaryBytes; ++i)
-    if (before[i] != kCanary || after[i] != kCanary)
-      throw EmulationError("a thread of " + block_name(e.block_idx) + " wrote outside its dynamic shared memory");
+  if (!e.dynamic_shared.canaries_intact())
+    throw EmulationError("a thread of " + block_name(e.block_idx) + " wrote outside its dynamic shared memory");
+  if (!e.static_shared.canaries_intact())
+    throw EmulationError("a thread of " + block_name(e.block_idx) + " wrote outside its static shared memory");
+  if (e.static_used + e.dynamic_shared.bytes > kMaxDynamicSharedBytes)
+    throw EmulationError(std::to_string(e.static_used) + " bytes of static and " +
+                         std::to_string(e.dynamic_shared.bytes) + " of dynamic shared memory exceed the device's " +
+                         std::to_string(kMaxDynamicSharedBytes) + " per block");
   ++e.stats.blocks;
+}
+
+std::string dims(const Dim3& d) {
+  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
 }
 
 }  // namespace
 
-Dim3 thread_index() { return Dim3(running_thread("threadIdx").index, 0, 0); }
+const Dim3& thread_index() { return running_thread("threadIdx").position; }
 const Dim3& block_index() { return emulator().block_idx; }
 const Dim3& block_dim() { return emulator().block; }
 const Dim3& grid_dim() { return emulator().grid; }
@@ -238,9 +269,11 @@ uint64_t warp_exchange_xor(uint64_t bits, int lane_xor) {
   const EmulatedThread& t = running_thread("__shfl_xor_sync()");
   if (lane_xor < 0 || lane_xor >= static_cast<int>(kWarpSize)) fail("__shfl_xor_sync() lane mask outside 0..31");
   const unsigned warp_base = t.index - t.index % kWarpSize;
+  const unsigned source = warp_base + ((t.index % kWarpSize) ^ static_cast<unsigned>(lane_xor));
+  if (source >= e.threads) fail("__shfl_xor_sync() reads a lane past the end of a partial warp");
   e.exchange[t.index] = bits;
   warp_barrier();  // every lane has posted
-  const uint64_t received = e.exchange[warp_base + ((t.index % kWarpSize) ^ static_cast<unsigned>(lane_xor))];
+  const uint64_t received = e.exchange[source];
   warp_barrier();  // every lane has read before the slots are reused
   return received;
 }
@@ -249,7 +282,7 @@ void async_copy(void* dst, const void* src, int bytes) {
   Emulator& e = emulator();
   EmulatedThread& t = running_thread("cp.async");
   if (bytes != 4 && bytes != 8 && bytes != 16) fail("cp.async of " + std::to_string(bytes) + " bytes (4, 8 or 16)");
-  if (!in_shared_memory(dst, static_cast<size_t>(bytes))) fail("cp.async destination outside dynamic shared memory");
+  if (!in_shared_memory(dst, static_cast<size_t>(bytes))) fail("cp.async destination outside shared memory");
   if (in_shared_memory(src, 1)) fail("cp.async source in shared memory (must be global)");
   if (reinterpret_cast<uintptr_t>(dst) % static_cast<uintptr_t>(bytes) != 0 ||
       reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(bytes) != 0)
@@ -286,21 +319,41 @@ unsigned char* dynamic_shared_memory(size_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kSharedAlignment)
     fail("dynamic shared memory aligned to " + std::to_string(alignment) + " bytes; the emulator provides " +
          std::to_string(kSharedAlignment));
-  return e.shared;
+  return e.dynamic_shared.base;
+}
+
+unsigned char* static_shared_memory(const void* key, size_t bytes, size_t alignment) {
+  Emulator& e = emulator();
+  running_thread("__shared__");
+  for (const StaticVariable& v : e.static_variables) {
+    if (v.key != key) continue;
+    if (v.bytes != bytes) fail("one __shared__ declaration asked for two sizes in one block");
+    return e.static_shared.base + v.offset;
+  }
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kSharedAlignment)
+    fail("__shared__ variable aligned to " + std::to_string(alignment) + " bytes (at most " +
+         std::to_string(kSharedAlignment) + " emulated)");
+  const size_t offset = (e.static_used + alignment - 1) / alignment * alignment;
+  if (offset + bytes > kMaxStaticSharedBytes)
+    fail("static __shared__ variables exceed " + std::to_string(kMaxStaticSharedBytes) + " bytes per block");
+  e.static_variables.push_back({key, offset, bytes});
+  e.static_used = offset + bytes;
+  e.static_poisoned = std::max(e.static_poisoned, e.static_used);
+  return e.static_shared.base + offset;
 }
 
 bool in_shared_memory(const void* p, size_t bytes) {
   const Emulator& e = emulator();
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(e.shared), at = reinterpret_cast<uintptr_t>(p);
-  return e.shared && at >= begin && bytes <= e.shared_bytes && at - begin <= e.shared_bytes - bytes;
+  return e.dynamic_shared.contains(p, bytes) || e.static_shared.contains(p, bytes);
 }
 
 void fail(const std::string& rule) {
   Emulator& e = emulator();
   if (!e.current) throw EmulationError(rule);
   EmulatedThread& t = *e.current;
-  e.failure = rule + " (" + block_name(e.block_idx) + ", thread " + std::to_string(t.index) + ": warp " +
-              std::to_string(t.index / kWarpSize) + ", lane " + std::to_string(t.index % kWarpSize) + ")";
+  e.failure = rule + " (" + block_name(e.block_idx) + ", thread " + std::to_string(t.index) + " " +
+              dims(t.position) + ": warp " + std::to_string(t.index / kWarpSize) + ", lane " +
+              std::to_string(t.index % kWarpSize) + ")";
   t.state = ThreadState::Failed;
   yield_to_scheduler(t);
   std::abort();  // a failed thread is never resumed
@@ -325,24 +378,23 @@ size_t dynamic_shared_limit(uintptr_t kernel_id) {
 void run_grid(Dim3 grid, Dim3 block, size_t shared_bytes, const std::function<void()>& kernel_body) {
   Emulator& e = emulator();
   if (e.running) throw EmulationError("kernel launched from inside a kernel (not emulated)");
-  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024 || block.x % kWarpSize != 0)
-    throw EmulationError("block of (" + std::to_string(block.x) + ", " + std::to_string(block.y) + ", " +
-                         std::to_string(block.z) + ") threads: the emulator runs 1-D blocks of whole warps");
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw EmulationError("launch with an empty grid");
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
+    throw EmulationError("block of " + dims(block) + " threads: CUDA allows at most (1024, 1024, 64) and 1024 in all");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw EmulationError("launch with an empty grid " + dims(grid));
+  if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    throw EmulationError("grid of " + dims(grid) + " blocks: CUDA allows at most (2³¹ − 1, 65535, 65535)");
   if (shared_bytes > kMaxDynamicSharedBytes)
     throw EmulationError(std::to_string(shared_bytes) + " bytes of dynamic shared memory exceed the device's " +
                          std::to_string(kMaxDynamicSharedBytes));
 
-  const unsigned threads = block.x;
-  while (e.threads.size() < threads) e.threads.push_back(std::make_unique<EmulatedThread>());
-  e.exchange.assign(threads, 0);
-  if (e.products.size() < threads / kWarpSize * kProductRingPerWarp)
-    e.products.resize(threads / kWarpSize * kProductRingPerWarp);
-  e.shared_storage.assign(shared_bytes + 2 * kCanaryBytes + 2 * 256, kCanary);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(e.shared_storage.data()) + kCanaryBytes;
-  const uintptr_t base = (start - kSharedAlignment + 255) / 256 * 256 + kSharedAlignment;  // ≥ start
-  e.shared = e.shared_storage.data() + (base - reinterpret_cast<uintptr_t>(e.shared_storage.data()));
-  e.shared_bytes = shared_bytes;
+  e.threads = static_cast<unsigned>(threads);
+  while (e.thread_pool.size() < e.threads) e.thread_pool.push_back(std::make_unique<EmulatedThread>());
+  e.exchange.assign(e.threads, 0);
+  if (e.products.size() < warp_count(e.threads) * kProductRingPerWarp)
+    e.products.resize(warp_count(e.threads) * kProductRingPerWarp);
+  e.dynamic_shared.allocate(shared_bytes);
+  if (!e.static_shared.base) e.static_shared.allocate(kMaxStaticSharedBytes);
   e.grid = grid;
   e.block = block;
   e.body = &kernel_body;
@@ -353,19 +405,19 @@ void run_grid(Dim3 grid, Dim3 block, size_t shared_bytes, const std::function<vo
     ~RunningFlag() {
       e.running = false;
       e.current = nullptr;
-      e.shared = nullptr;
-      e.shared_bytes = 0;
+      e.dynamic_shared = SharedRegion{};
     }
   } running_flag(e);
 
   std::vector<Dim3> blocks;
+  blocks.reserve(static_cast<size_t>(grid.x) * grid.y * grid.z);
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) blocks.emplace_back(x, y, z);
   std::shuffle(blocks.begin(), blocks.end(), e.rng);  // blocks may run in any order
   for (const Dim3& b : blocks) {
     e.block_idx = b;
-    run_block(e, threads);
+    run_block(e);
   }
 }
 

@@ -1,6 +1,6 @@
-// Runtime of the CPU emulator behind the mock CUDA headers: a block's threads are cooperative
-// ucontext threads run in a shuffled order, meeting at __syncthreads/__syncwarp barriers, with
-// poisoned dynamic shared memory and cp.async copies that land at a random legal moment.
+// Runtime of the CPU emulator behind the mock CUDA headers: a block's threads (1-, 2- or 3-D)
+// are cooperative coroutines run in a shuffled order, meeting at __syncthreads/__syncwarp
+// barriers, with poisoned shared memory and cp.async copies that land at a random legal moment.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,13 +19,15 @@ struct Dim3 {
 // Largest dynamic shared memory a block may opt into (sm_90) and the default without opt-in.
 constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
 constexpr size_t kDefaultDynamicSharedBytes = 48 * 1024;
+// Static __shared__ variables of a block, together.
+constexpr size_t kMaxStaticSharedBytes = 48 * 1024;
 
 // ---- inside a kernel: called by the emulated threads ----
-Dim3 thread_index();
+const Dim3& thread_index();
 const Dim3& block_index();
 const Dim3& block_dim();
 const Dim3& grid_dim();
-unsigned lane_index();
+unsigned lane_index();  // the linear thread index (x + y·Dx + z·Dx·Dy) modulo 32
 void block_barrier();  // __syncthreads()
 void warp_barrier();   // __syncwarp() over the full warp
 // Each lane posts `bits` and gets the bits posted by lane ^ lane_xor (a full-warp shuffle).
@@ -36,7 +38,10 @@ void async_commit();
 void async_wait(int pending_groups);  // lands all but the newest `pending_groups` groups
 // The block's dynamic shared memory; fails if the emulator cannot honour `alignment`.
 unsigned char* dynamic_shared_memory(size_t alignment);
-bool in_shared_memory(const void* p, size_t bytes);
+// A static `__shared__` variable: the same storage for every thread of the block that reaches the
+// declaration identified by `key`, poisoned when the block starts.
+unsigned char* static_shared_memory(const void* key, size_t bytes, size_t alignment);
+bool in_shared_memory(const void* p, size_t bytes);  // dynamic or static shared memory
 // Reports a broken rule: raised as EmulationError by the scheduler, naming block and thread.
 [[noreturn]] void fail(const std::string& rule);
 

@@ -2,18 +2,24 @@
 # Build-time source transform of the tensor-core attention kernels for the CPU emulator: copies
 # the kernel sources and the local headers they include into an output folder, swapping the
 # device-only pieces for emulator hooks. Fails, naming the marker, when the sources changed shape.
-"""Prepare kernels/attention_wmma_*.cu for compilation by the host compiler.
+"""Prepare the CUDA sources (kernels/*.cu, src/backend/cuda/*) for compilation by the host compiler.
 
-Rewrites, per file:
-  * namespace strata::cuda      -> strata::<--namespace>, so the emulated kernels never share a
-                                   symbol with the real kernels library linked into the same test;
-  * attention_wmma.cuh          -> its cp.async section (inline PTX) becomes emulator calls;
-  * extern __shared__ T name[]; -> T* const name = emulator's dynamic shared memory;
-  * k<<<grid, block, smem, s>>>(args) -> ::strata::emu::launch(k, grid, block, smem, s)(args);
-  * --mutant                    -> the forward kernel loses the first __syncthreads() of its
-                                   key-tile loop (a planted race the tests must catch).
-Headers named with --standin are taken from the given file instead of the kernels folder.
-Each output starts with a #line directive, so diagnostics point at the original kernel sources.
+Rewrites, per file (sources named on the command line and the local headers they reach):
+  * strata::cuda, namespace cuda, cuda::   -> strata::<--namespace> etc., so the emulated code
+                                             never shares a symbol with the real kernels library
+                                             linked into the same test;
+  * attention_wmma.cuh                      -> its cp.async section (inline PTX) becomes emulator calls;
+  * extern __shared__ T name[];             -> T* const name = the block's dynamic shared memory;
+  * __shared__ T name[dims];                -> T (&name)[dims] = this declaration's static shared
+                                             memory in the running block;
+  * k<<<grid, block, smem, s>>>(args)       -> ::strata::emu::launch(k, grid, block, smem, s)(args),
+                                             or launch_deduced when k is a kernel template whose
+                                             arguments the call deduces;
+  * --mutant                                -> the forward kernel loses the first __syncthreads() of its
+                                             key-tile loop (a planted race the tests must catch).
+Kernel files are named relative to --kernels, backend files (backend/...) relative to --src; the
+output tree mirrors both. Each output starts with a #line directive, so diagnostics point at the
+original sources.
 """
 import argparse
 import os
@@ -37,7 +43,11 @@ __device__ __forceinline__ void cp_async_wait() { ::strata::emu::async_wait(kPen
 """
 SHARED_DECL = re.compile(
     r'extern\s+__shared__\s+(?:__align__\(\s*(\d+)\s*\)\s+)?([A-Za-z_][\w\s:]*?)\s+(\w+)\s*\[\s*\]\s*;')
+STATIC_SHARED_DECL = re.compile(
+    r'\b__shared__\s+(?:__align__\(\s*(\d+)\s*\)\s+)?([A-Za-z_][\w:<>, ]*?)\s+(\w+)\s*((?:\[[^\]]+\]\s*)*);')
 LAUNCH = re.compile(r'([A-Za-z_][\w:]*(?:<[^<>;{}()]*>)?)\s*<<<(.*?)>>>\s*\(', re.S)
+TEMPLATE_KERNEL = re.compile(
+    r'\btemplate\s*<[^{};]*?>\s*__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\(')
 MUTANT_FILE = "attention_wmma_forward.cu"
 MUTANT_LOOP = "for (int kt = 0; kt <= q_tile_index; ++kt) {"
 MUTANT_BARRIER = "__syncthreads();"
@@ -65,11 +75,13 @@ def pad_to_lines(replacement, original):
 
 def rename_namespace(text, name, namespace):
     code = without_comments(text)
-    stray = re.search(r'\bnamespace\s+cuda\b|(?<![\w:])cuda::', code)
+    stray = re.search(r'(?<![\w])::cuda::|\bnamespace\s+cuda\s*=', code)
     if stray:
         die(f"{name}: '{stray.group(0)}' (line {line_of(code, stray.start())}): the emulated build renames "
-            f"'strata::cuda' only; spell the namespace as strata::cuda (or teach tests/gpu/emu/transform_kernels.py)")
-    return re.sub(r'\bstrata::cuda\b', f"strata::{namespace}", text)
+            f"strata::cuda, 'namespace cuda' and 'cuda::' inside strata only (teach tests/gpu/emu/transform_kernels.py)")
+    text = re.sub(r'\bstrata::cuda\b', f"strata::{namespace}", text)
+    text = re.sub(r'\bnamespace\s+cuda\b', f"namespace {namespace}", text)
+    return re.sub(r'(?<![\w:.])cuda::', f"{namespace}::", text)
 
 
 def replace_cp_async(text, name):
@@ -93,18 +105,35 @@ def replace_cp_async(text, name):
     return text[:start] + pad_to_lines(CP_ASYNC_HOOKS, text[start:end]) + text[end:]
 
 
-def replace_shared_and_launches(text, name):
-    def shared(m):
+def replace_shared(text):
+    def dynamic(m):
         alignment = m.group(1) or "16"
         element, variable = m.group(2), m.group(3)
         return (f"{element}* const {variable} = reinterpret_cast<{element}*>("
                 f"::strata::emu::dynamic_shared_memory({alignment}));")
 
-    text = SHARED_DECL.sub(shared, text)
-    text, launches = LAUNCH.subn(lambda m: f"::strata::emu::launch({m.group(1)}, {m.group(2)})(", text)
-    if launches == 0:
-        die(f"{name}: no kernel launch 'kernel<<<...>>>(' found; the emulator runs the kernels through them")
-    return text
+    def static(m):
+        element, variable, dims = m.group(2), m.group(3), m.group(4).strip()
+        key, alias = f"strata_emu_shared_{variable}", f"strata_emu_shared_{variable}_t"
+        alignment = m.group(1) or f"alignof({alias})"
+        # One line, so the lines after it keep their numbers.
+        return (f"static const char {key} = 0; using {alias} = {element}{dims}; {alias}& {variable} = "
+                f"*reinterpret_cast<{alias}*>(::strata::emu::static_shared_memory(&{key}, sizeof({alias}), "
+                f"{alignment}));")
+
+    text = SHARED_DECL.sub(dynamic, text)
+    return STATIC_SHARED_DECL.sub(static, text)
+
+
+def replace_launches(text, template_kernels):
+    def launch(m):
+        kernel, config = m.group(1), m.group(2)
+        if kernel in template_kernels:  # a kernel template called with deduced arguments
+            return (f"::strata::emu::launch_deduced([](auto... strata_emu_args) {{ {kernel}(strata_emu_args...); }}, "
+                    f"{config})(")
+        return f"::strata::emu::launch({kernel}, {config})("
+
+    return LAUNCH.sub(launch, text)
 
 
 def plant_mutant(text, name):
@@ -127,65 +156,93 @@ def check_no_device_only_syntax(text, name):
                 f"('{m.group(0)}'); extend tests/gpu/emu/transform_kernels.py")
 
 
+class Tree:
+    """Where a file named by an include or on the command line lives, and where its copy goes."""
+
+    def __init__(self, kernels, src, out):
+        self.kernels, self.src, self.out = os.path.abspath(kernels), src and os.path.abspath(src), out
+        self.cuda_backend = self.src and os.path.join(self.src, "backend", "cuda")
+
+    def transformed(self, path):
+        inside = lambda root: root and os.path.commonpath([root, path]) == root
+        return inside(self.kernels) or inside(self.cuda_backend)
+
+    def find(self, name, including_dir):
+        for root in (including_dir, self.kernels, self.src):
+            if root and os.path.isfile(os.path.join(root, name)):
+                return os.path.abspath(os.path.join(root, name))
+        return None
+
+    def output(self, path):
+        root = self.kernels if os.path.commonpath([self.kernels, path]) == self.kernels else self.src
+        relative = os.path.relpath(path, root)
+        return os.path.join(self.out, relative[:-3] + ".cpp" if relative.endswith(".cu") else relative)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", required=True, help="the kernels/ folder")
+    parser.add_argument("--src", help="the src/ folder (for backend/cuda/... sources)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--namespace", required=True, help="replaces 'cuda' in strata::cuda")
-    parser.add_argument("--standin", action="append", default=[], metavar="HEADER=PATH")
     parser.add_argument("--depfile", help="write the files read, as a Makefile rule for the outputs")
     parser.add_argument("--mutant", action="store_true", help=f"plant the missing-barrier bug in {MUTANT_FILE}")
-    parser.add_argument("sources", nargs="+", help=".cu files of the kernels folder to transform")
+    parser.add_argument("sources", nargs="+", help="kernel .cu files (relative to --kernels) and backend/cuda "
+                                                   "sources (relative to --src) to transform")
     args = parser.parse_args()
-
-    standins = {}
-    for item in args.standin:
-        header, _, path = item.partition("=")
-        standins[header] = path
     if args.mutant and MUTANT_FILE not in args.sources:
         die(f"--mutant needs {MUTANT_FILE} among the sources")
 
-    repo_root = os.path.dirname(os.path.abspath(args.kernels))
-    # The sources and every local header they reach, stand-ins taking the place of originals.
-    pending, seen, read, written = list(args.sources), [], [], []
+    tree = Tree(args.kernels, args.src, args.out)
+    repo_root = os.path.dirname(tree.kernels)
+    # The sources and every local header of kernels/ or src/backend/cuda/ they reach.
+    pending, texts = [], {}
+    for name in args.sources:
+        path = tree.find(name, None)
+        if not path or not tree.transformed(path):
+            die(f"{name}: not found in {args.kernels}" + (f" or {args.src}/backend/cuda" if args.src else ""))
+        pending.append(path)
     while pending:
-        name = pending.pop(0)
-        if name in seen:
+        path = pending.pop(0)
+        if path in texts:
             continue
-        seen.append(name)
-        path = standins.get(name, os.path.join(args.kernels, name))
-        if not os.path.isfile(path):
-            die(f"{path}: not found (included by the attention kernels)")
         with open(path, encoding="utf-8") as f:
-            text = f.read()
-        read.append(os.path.abspath(path))
-        pending.extend(LOCAL_INCLUDE.findall(without_comments(text)))
+            texts[path] = f.read()
+        for include in LOCAL_INCLUDE.findall(without_comments(texts[path])):
+            found = tree.find(include, os.path.dirname(path))
+            if found and tree.transformed(found):
+                pending.append(found)
 
+    template_kernels = set()
+    for text in texts.values():
+        template_kernels.update(TEMPLATE_KERNEL.findall(without_comments(text)))
+
+    written = []
+    for path, text in texts.items():
         display = os.path.relpath(path, repo_root)
+        base = os.path.basename(path)
         text = rename_namespace(text, display, args.namespace)
-        if name == "attention_wmma.cuh":
+        if base == "attention_wmma.cuh":
             text = replace_cp_async(text, display)
-        if name.endswith(".cu"):
-            text = replace_shared_and_launches(text, display)
-        if args.mutant and name == MUTANT_FILE:
+        if base.endswith((".cu", ".cuh")):
+            text = replace_launches(replace_shared(text), template_kernels)
+        if args.mutant and base == MUTANT_FILE:
             text = plant_mutant(text, display)
         check_no_device_only_syntax(text, display)
 
-        out_name = name[:-3] + ".cpp" if name.endswith(".cu") else name
         header = (f"// Generated by tests/gpu/emu/transform_kernels.py from {display}; do not edit.\n"
-                  f"#line 1 \"{os.path.abspath(path)}\"\n")
-        os.makedirs(args.out, exist_ok=True)
-        written.append(os.path.abspath(os.path.join(args.out, out_name)))
-        with open(written[-1], "w", encoding="utf-8") as f:
+                  f"#line 1 \"{path}\"\n")
+        out = tree.output(path)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        written.append(os.path.abspath(out))
+        with open(out, "w", encoding="utf-8") as f:
             f.write(header + text)
-    if "attention_wmma.cuh" not in seen:
-        die("the sources no longer include attention_wmma.cuh, whose cp.async section the emulator replaces")
     if args.depfile:
         def escape(path):
             return path.replace(" ", "\\ ")
         with open(args.depfile, "w", encoding="utf-8") as f:
             targets = [path for path in written if path.endswith(".cpp")]  # the declared outputs
-            f.write(" ".join(map(escape, targets)) + ": " + " ".join(map(escape, read)) + "\n")
+            f.write(" ".join(map(escape, targets)) + ": " + " ".join(map(escape, texts)) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // GPU layer ops against the CPU backend on fresh random inputs: matmul (all transpose, bias and
-// accumulate variants, fp32 without TF32 and bf16), the GELU epilogue, bias and layernorm
-// gradients, embeddings and the fused cross-entropy, with determinism checks for backwards.
+// accumulate variants, fp32 without TF32 and bf16, misaligned operands), the GELU epilogue, bias
+// and layernorm gradients, embeddings and the fused cross-entropy, with determinism checks for
+// backwards.
 #include <catch2/catch.hpp>
 
 #include "gpu_test_util.h"
@@ -33,6 +34,29 @@ TEST_CASE("gpu: matmul matches the CPU for every transpose, bias and accumulate 
                            std::to_string(variant));
       }
     }
+  }
+}
+
+TEST_CASE("gpu: a GEMM on misaligned operands gets a plan for their alignment") {
+  // One element into a buffer: 4-byte (f32) and 2-byte (bf16) aligned operands must still work,
+  // through a plan whose heuristic was told the weaker alignment.
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const int64_t m = 24, n = 40, k = 32;
+    Mirrored a({m * k + 1}, dtype), b({k * n + 1}, dtype), out({m * n + 1}, dtype), expected({m, n}, dtype);
+    a.randomize(7);
+    b.randomize(8, 0.1f);
+    const auto shifted = [&](const Tensor& t, std::initializer_list<int64_t> dims) {
+      return Tensor(static_cast<char*>(t.data) + dtype_size(dtype), dtype, dims, t.device);
+    };
+    cpu().matmul(expected.cpu_tensor, shifted(a.cpu_tensor, {m, k}), shifted(b.cpu_tensor, {k, n}), Tensor(), false,
+                 false, false);
+    const size_t plans = gpu().gemm_plans_cached();
+    gpu().matmul(shifted(out.gpu_tensor, {m, n}), shifted(a.gpu_tensor, {m, k}), shifted(b.gpu_tensor, {k, n}), Tensor(),
+                 false, false, false);
+    CHECK(gpu().gemm_plans_cached() == plans + 1);
+    std::vector<float> got = out.gpu_values();
+    got.erase(got.begin());
+    check_relative(got, expected.cpu_values(), tolerance(dtype), std::string("misaligned matmul ") + dtype_name(dtype));
   }
 }
 

@@ -1,0 +1,4 @@
+// Stand-in for <cuda_fp16.h> in the emulated build: __half and its conversions live in the mock
+// cuda_runtime.h, which real CUDA code includes alongside this header anyway.
+#pragma once
+#include "cuda_runtime.h"

@@ -1,0 +1,58 @@
+// The cuBLASLt mock's own contract: it must refuse the calls the real library refuses (an
+// alignment the preference did not promise, a GELU input leading dimension that is not a
+// multiple of 8, a bias of another type, an attribute of the wrong size), or the emulated GPU op
+// tests could pass on plans a GPU would reject.
+#include <catch2/catch.hpp>
+
+#include <cublasLt.h>
+
+#include "gpu_test_util.h"
+
+using namespace strata;
+using namespace strata::gpu_test;
+
+TEST_CASE("emulated cuBLASLt: refuses what cuBLASLt refuses") {
+  Mirrored a({16, 16}, DType::F32), b({16, 16}, DType::F32), d({16 * 16 + 4}, DType::F32), bias({16}, DType::F32);
+  a.randomize(1);
+  b.randomize(2);
+  cublasLtHandle_t handle = nullptr;
+  REQUIRE(cublasLtCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t layout = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, 16, 16, 16) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const auto heuristic = [&] {
+    return cublasLtMatmulAlgoGetHeuristic(handle, desc, layout, layout, layout, layout, pref, 1, &result, &found);
+  };
+  const auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& value) {
+    REQUIRE(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS);
+  };
+  // The default preference promises 256-byte alignment: D one element in is refused at run time.
+  REQUIRE(heuristic() == CUBLAS_STATUS_SUCCESS);
+  const float alpha = 1.0f, beta = 0.0f;
+  float* d_shifted = static_cast<float*>(d.gpu_tensor.data) + 1;
+  CHECK(cublasLtMatmul(handle, desc, &alpha, a.gpu_tensor.data, layout, b.gpu_tensor.data, layout, &beta, d_shifted,
+                       layout, d_shifted, layout, &result.algo, nullptr, 0, nullptr) == CUBLAS_STATUS_NOT_SUPPORTED);
+  // A GELU input leading dimension that is not a multiple of 8, and a bias of another type.
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+  set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.gpu_tensor.data));
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(d.gpu_tensor.data));
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{20});
+  CHECK(heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{16});
+  CHECK(heuristic() == CUBLAS_STATUS_SUCCESS);
+  set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+  CHECK(heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+  // An attribute of the wrong size.
+  const int32_t narrow_ld = 16;
+  CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &narrow_ld, sizeof(narrow_ld)) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(layout);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(handle);
+}
