@@ -169,8 +169,8 @@ bool nccl_built();                                    // whether this binary was
 // `device` through host buffers, copied with `copy` (dst = src, either direction; e.g. the
 // backend's own copy, which orders itself after the backend's pending work). NCCL
 // communicators make their stream wait for `cuda_stream` (the stream producing the tensors,
-// as a cudaStream_t; null: the legacy default stream) before each collective. Host tensors
-// pass straight through.
+// as a cudaStream_t; null: unknown, so the whole device is synchronized first) before each
+// collective. Host tensors pass straight through.
 struct DeviceAccess {
   Device device = Device::CUDA;
   std::function<void(const Tensor& src, const Tensor& dst)> copy;
@@ -180,7 +180,7 @@ struct DeviceAccess {
 // A communicator over the ranks of `comm` (which stays the caller's: it is duplicated, so
 // strata's messages never match anyone else's). Collective over `comm`. The Mpi kind stages
 // device tensors as `access` says (by default, in a CUDA build, CUDA tensors through
-// cudaMemcpy). The Nccl kind needs NCCL in the build (else UserError) and one GPU per rank on
+// cudaMemcpy between two device-wide synchronizations). The Nccl kind needs NCCL in the build (else UserError) and one GPU per rank on
 // each node, the current CUDA device being this rank's; it orders itself after
 // access->cuda_stream.
 std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name,

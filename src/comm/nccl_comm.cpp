@@ -216,9 +216,13 @@ class NcclComm final : public Comm {
 
  private:
   // The tensors come from the producer's stream (the backend's, non-blocking): the
-  // collective starts only after the work enqueued there so far.
+  // collective starts only after the work enqueued there so far. With no producer named, the
+  // whole device is waited for, since a non-blocking stream may be writing the tensors.
   void after_producer() {
-    if (!producer_) return;
+    if (!producer_) {
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return;
+    }
     CUDA_CHECK(cudaEventRecord(producer_done_, producer_));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_done_, 0));
   }

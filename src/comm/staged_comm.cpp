@@ -145,8 +145,12 @@ std::unique_ptr<Comm> make_staged_backend(std::unique_ptr<Comm> host, const Devi
 DeviceAccess cuda_runtime_access() {
   DeviceAccess staging;
   staging.device = Device::CUDA;
+  // Not knowing which stream produces or next reads the tensor, wait for the whole device on
+  // both sides: a plain cudaMemcpy is not ordered against non-blocking streams (a backend's).
   staging.copy = [](const Tensor& src, const Tensor& dst) {
+    CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(dst.data, src.data, src.bytes(), cudaMemcpyDefault));
+    CUDA_CHECK(cudaDeviceSynchronize());
   };
   return staging;
 }

@@ -111,6 +111,17 @@ int64_t CudaBackend::bad_row_after() {
   return *bad_row_host_ == kNoBadRow ? -1 : *bad_row_host_;
 }
 
+void CudaBackend::upload_ids(void* dst, const int32_t* ids, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, ids, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+int32_t CudaBackend::device_id_at(const int32_t* p) {
+  CUDA_CHECK(cudaMemcpyAsync(bad_row_host_, p, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *bad_row_host_;
+}
+
 Buffer CudaBackend::allocate(size_t bytes) {
   void* p = device_alloc(bytes);
   CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
@@ -199,18 +210,14 @@ void CudaBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tenso
     for (int64_t i = 0; i < B * T; ++i)
       if (ids[i] < 0 || ids[i] >= V) throw_token_error(ids[i], i, T, V);
     auto* staged = static_cast<int32_t*>(scratch(tokens.bytes()));
-    CUDA_CHECK(cudaMemcpyAsync(staged, ids, tokens.bytes(), cudaMemcpyHostToDevice, stream_));
+    upload_ids(staged, ids, tokens.bytes());
     ids = staged;
   }
   reset_bad_row();
   CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte.data, wpe.data, type, B, T, C, V, bad_row_device_, stream_));
   if (tokens.device == Device::CUDA) {
     const int64_t row = bad_row_after();
-    if (row >= 0) {
-      int32_t id = 0;
-      CUDA_CHECK(cudaMemcpy(&id, ids + row, sizeof(id), cudaMemcpyDeviceToHost));
-      throw_token_error(id, row, T, V);
-    }
+    if (row >= 0) throw_token_error(device_id_at(ids + row), row, T, V);
   }
 }
 
@@ -230,7 +237,7 @@ void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tens
   if (tokens.device == Device::CPU) {
     for (int64_t i = 0; i < B * T; ++i)
       require(ids[i] >= 0 && ids[i] < V, op, "token id " + std::to_string(ids[i]) + " outside [0, " + std::to_string(V) + ")");
-    CUDA_CHECK(cudaMemcpyAsync(base, ids, tokens.bytes(), cudaMemcpyHostToDevice, stream_));
+    upload_ids(base, ids, tokens.bytes());
     ids = reinterpret_cast<const int32_t*>(base);
   }
   CUDA_CHECK(cuda::embedding_backward(dwte.data, dwte_type, dwpe.data, dwpe_type, dout.data, dout_type, ids, B, T, C,

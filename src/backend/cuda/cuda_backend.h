@@ -92,6 +92,12 @@ class CudaBackend final : public Backend {
   void reset_bad_row();
   // Waits for the stream and returns the smallest reported bad row (or −1).
   int64_t bad_row_after();
+  // Copies host token or target ids to device memory and waits: the caller may reuse its buffer
+  // once the op returns (an async copy from pageable or pinned memory need not have read it yet).
+  void upload_ids(void* dst, const int32_t* ids, size_t bytes);
+  // The id at device address p, read on the backend's stream (a cudaMemcpy on the legacy stream
+  // would also wait for every blocking stream, NCCL's included).
+  int32_t device_id_at(const int32_t* p);
 
   int device_index_ = 0;
   std::string device_name_;

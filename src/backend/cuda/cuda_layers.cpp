@@ -175,7 +175,7 @@ void CudaBackend::softmax_cross_entropy(Tensor logits, Tensor losses, Tensor tar
     for (int64_t i = 0; i < n; ++i)
       if (ids[i] < 0 || ids[i] >= V) throw_target_error(ids[i], i, V);
     auto* staged = static_cast<int32_t*>(scratch(targets.bytes()));
-    CUDA_CHECK(cudaMemcpyAsync(staged, ids, targets.bytes(), cudaMemcpyHostToDevice, stream_));
+    upload_ids(staged, ids, targets.bytes());
     ids = staged;
   }
   reset_bad_row();
@@ -183,11 +183,7 @@ void CudaBackend::softmax_cross_entropy(Tensor logits, Tensor losses, Tensor tar
                                          dloss, bad_row_device_, stream_));
   if (targets.device == Device::CUDA) {
     const int64_t row = bad_row_after();
-    if (row >= 0) {
-      int32_t target = 0;
-      CUDA_CHECK(cudaMemcpy(&target, ids + row, sizeof(target), cudaMemcpyDeviceToHost));
-      throw_target_error(target, row, V);
-    }
+    if (row >= 0) throw_target_error(device_id_at(ids + row), row, V);
   }
 }
 
