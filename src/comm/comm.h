@@ -180,9 +180,9 @@ struct DeviceAccess {
 // A communicator over the ranks of `comm` (which stays the caller's: it is duplicated, so
 // strata's messages never match anyone else's). Collective over `comm`. The Mpi kind stages
 // device tensors as `access` says (by default, in a CUDA build, CUDA tensors through
-// cudaMemcpy between two device-wide synchronizations). The Nccl kind needs NCCL in the build (else UserError) and one GPU per rank on
-// each node, the current CUDA device being this rank's; it orders itself after
-// access->cuda_stream.
+// cudaMemcpy between two device-wide synchronizations). The Nccl kind needs NCCL in the build
+// (else UserError) and one GPU per rank on each node, the current CUDA device being this rank's;
+// it orders itself after access->cuda_stream.
 std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::string& name,
                                 const DeviceAccess* access = nullptr);
 inline std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, const std::string& name,

@@ -17,8 +17,9 @@
 # 5); the log must name the emulated device; comm.backend: nccl must fail with exit 2, saying
 # this strata was built without NCCL.
 source "$(dirname "$0")/../lib/common.sh"
-CUDA_STRATA="${STRATA_CUDA_BINARY:-}"
-if [ -n "$CUDA_STRATA" ]; then
+EMULATED="${STRATA_CUDA_BINARY:+emulated}"
+if [ -n "$EMULATED" ]; then
+  CUDA_STRATA="$STRATA_CUDA_BINARY"
   STEPS=10 MICRO=2 MODEL="n_layer: 2, n_head: 2, d_model: 64, vocab_size: 256, seq_len: 64"
   DEVICE_LOG="device: cuda:0 (strata CPU emulator"
 else
@@ -66,7 +67,7 @@ for stage in 1 3; do
     --set comm.backend=mpi
   expect_contains "$OUT" "communication: mpi (device buffers staged through host memory)"
 done
-if [ -n "${STRATA_CUDA_BINARY:-}" ]; then
+if [ -n "$EMULATED" ]; then
   EXPECT_RC=2 run gpu_nccl 1 cuda --set comm.backend=nccl
   expect_contains "$OUT" "this strata was built without NCCL"
 else
@@ -74,7 +75,7 @@ else
   expect_contains "$OUT" "communication: nccl"
 fi
 
-python3 - "$WORK" "$STEPS" "${STRATA_CUDA_BINARY:+emulated}" <<'PY'
+python3 - "$WORK" "$STEPS" "$EMULATED" <<'PY'
 import json, sys
 work, steps, emulated = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "emulated"
 def losses(name):

@@ -173,6 +173,13 @@ void gather_head(const float* src, int64_t stride, int64_t rows, int64_t cols, d
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t e = 0; e < cols; ++e) dst[t * cols + e] = src[t * stride + e];
 }
+// The q, k and v slices of one head from qkv (B, T, 3C), starting at the head's q column.
+void gather_qkv(const float* qkv_head, int64_t channels, int64_t rows, int64_t cols, double* q, double* k,
+                double* v) {
+  gather_head(qkv_head, 3 * channels, rows, cols, q);
+  gather_head(qkv_head + channels, 3 * channels, rows, cols, k);
+  gather_head(qkv_head + 2 * channels, 3 * channels, rows, cols, v);
+}
 void scatter_head(const double* src, int64_t rows, int64_t cols, float* dst, int64_t stride) {
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t e = 0; e < cols; ++e) dst[t * stride + e] = static_cast<float>(src[t * cols + e]);
@@ -202,10 +209,7 @@ void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_hea
   const double scale = attention_scale(hs);
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
-      const float* qkv_head = sqkv.data() + b * T * 3 * C + h * hs;
-      gather_head(qkv_head, 3 * C, T, hs, q);
-      gather_head(qkv_head + C, 3 * C, T, hs, k);
-      gather_head(qkv_head + 2 * C, 3 * C, T, hs, v);
+      gather_qkv(sqkv.data() + b * T * 3 * C + h * hs, C, T, hs, q, k, v);
       dgemm(false, true, T, T, hs, scale, q, k, scores);  // (T, T) = q·kᵀ/√hs
       float* lse_row = slse.data() + (b * d.heads + h) * T;
       for (int64_t i = 0; i < T; ++i) {
@@ -246,9 +250,7 @@ void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
       const int64_t qkv_offset = b * T * 3 * C + h * hs, out_offset = b * T * C + h * hs;
-      gather_head(sqkv.data() + qkv_offset, 3 * C, T, hs, q);
-      gather_head(sqkv.data() + qkv_offset + C, 3 * C, T, hs, k);
-      gather_head(sqkv.data() + qkv_offset + 2 * C, 3 * C, T, hs, v);
+      gather_qkv(sqkv.data() + qkv_offset, C, T, hs, q, k, v);
       gather_head(sdo.data() + out_offset, C, T, hs, dy);
       gather_head(so.data() + out_offset, C, T, hs, o);
       float* dq = sdqkv.data() + qkv_offset;

@@ -53,6 +53,12 @@ class Mirrored {
 void check_relative(const std::vector<float>& actual, const std::vector<float>& expected, double tol,
                     const std::string& what);
 
+// A tensor of `dims` placed one element into `storage` (either copy of a Mirrored), so its data
+// is not 16-byte aligned.
+inline Tensor shifted_view(const Tensor& storage, std::initializer_list<int64_t> dims) {
+  return Tensor(static_cast<char*>(storage.data) + dtype_size(storage.dtype), storage.dtype, dims, storage.device);
+}
+
 // Tolerance for a dtype: 1e-5 for F32, 1e-2 for BF16 (and F16).
 inline double tolerance(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
 

@@ -101,12 +101,6 @@ void check_attention(const Case& c, DType dtype) {
   CHECK(dqkv.gpu_bytes() == first);
 }
 
-// A tensor of `dims` placed one element into `storage`, so its data is not 16-byte aligned.
-Tensor shifted_view(const Mirrored& storage, std::initializer_list<int64_t> dims) {
-  const DType dtype = storage.gpu_tensor.dtype;
-  return Tensor(static_cast<char*>(storage.gpu_tensor.data) + dtype_size(dtype), dtype, dims, Device::CUDA);
-}
-
 std::vector<float> device_values(const Tensor& t) {
   std::vector<uint8_t> bytes(t.bytes());
   Tensor host = t;
@@ -162,8 +156,8 @@ TEST_CASE("gpu: 16-bit attention on tensors that are not 16-byte aligned takes t
     const std::vector<float> values = qkv.cpu_values();
     std::copy(values.begin(), values.end(), shifted.begin() + 1);
     qkv_storage.set(shifted);
-    const Tensor qkv_view = shifted_view(qkv_storage, {B, T, 3 * C});
-    const Tensor dqkv_view = shifted_view(dqkv_storage, {B, T, 3 * C});
+    const Tensor qkv_view = shifted_view(qkv_storage.gpu_tensor, {B, T, 3 * C});
+    const Tensor dqkv_view = shifted_view(dqkv_storage.gpu_tensor, {B, T, 3 * C});
     REQUIRE_FALSE(cuda::aligned16(qkv_view.data));
     REQUIRE_FALSE(cuda::attention_uses_tensor_cores(elem_type(dtype), hd, cuda::aligned16(qkv_view.data)));
 

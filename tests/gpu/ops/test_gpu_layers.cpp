@@ -45,14 +45,11 @@ TEST_CASE("gpu: a GEMM on misaligned operands gets a plan for their alignment") 
     Mirrored a({m * k + 1}, dtype), b({k * n + 1}, dtype), out({m * n + 1}, dtype), expected({m, n}, dtype);
     a.randomize(7);
     b.randomize(8, 0.1f);
-    const auto shifted = [&](const Tensor& t, std::initializer_list<int64_t> dims) {
-      return Tensor(static_cast<char*>(t.data) + dtype_size(dtype), dtype, dims, t.device);
-    };
-    cpu().matmul(expected.cpu_tensor, shifted(a.cpu_tensor, {m, k}), shifted(b.cpu_tensor, {k, n}), Tensor(), false,
-                 false, false);
-    const size_t plans = gpu().gemm_plans_cached();
-    gpu().matmul(shifted(out.gpu_tensor, {m, n}), shifted(a.gpu_tensor, {m, k}), shifted(b.gpu_tensor, {k, n}), Tensor(),
+    cpu().matmul(expected.cpu_tensor, shifted_view(a.cpu_tensor, {m, k}), shifted_view(b.cpu_tensor, {k, n}), Tensor(),
                  false, false, false);
+    const size_t plans = gpu().gemm_plans_cached();
+    gpu().matmul(shifted_view(out.gpu_tensor, {m, n}), shifted_view(a.gpu_tensor, {m, k}),
+                 shifted_view(b.gpu_tensor, {k, n}), Tensor(), false, false, false);
     CHECK(gpu().gemm_plans_cached() == plans + 1);
     std::vector<float> got = out.gpu_values();
     got.erase(got.begin());
