@@ -55,7 +55,7 @@ write_small_config "$WORK/sig.yaml" "$WORK/data" "train: {iters: 100000, seed: 9
   > "$WORK/sig.log" 2>&1 &
 launcher=$!
 for _ in $(seq 1 600); do
-  [ -s "$WORK/sig.jsonl" ] && break
+  grep -q '"type":"train"' "$WORK/sig.jsonl" 2>/dev/null && break
   sleep 0.05
 done
 ranks=$(pgrep -P "$launcher" || true)
