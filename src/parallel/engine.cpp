@@ -200,7 +200,7 @@ float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, i
   // The scale is a power of two (or 1), so scaling dloss adds no rounding of its own.
   const float scaled_dloss = static_cast<float>(dloss * loss_scaler_.scale());
   const float loss = model_->forward_for_backward(tokens, targets, B, T, scaled_dloss);
-  times_.forward += t.seconds();
+  times_.forward += phase_seconds(t);
   t.reset();
   model_->backward(scaled_dloss);
   if (reducing_) {
@@ -209,7 +209,7 @@ float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, i
     if (!settings_.overlap_comm) wait_reductions();
   }
   reducing_ = false;
-  times_.backward += t.seconds();
+  times_.backward += phase_seconds(t);
   ++micro_index_;
   return loss;
 }
@@ -261,6 +261,11 @@ void Engine::wait_reductions() {
   }
 }
 
+double Engine::phase_seconds(const Timer& t) {
+  if (settings_.synchronize_phases) backend_.synchronize();
+  return t.seconds();
+}
+
 void Engine::finish_reduction() {
   const Timer t;
   if (sharded_store_) {
@@ -268,7 +273,7 @@ void Engine::finish_reduction() {
   } else {
     wait_reductions();
   }
-  times_.backward += t.seconds();
+  times_.backward += phase_seconds(t);
 }
 
 StepOutcome Engine::apply(double lr) {
@@ -318,7 +323,7 @@ StepOutcome Engine::apply(double lr) {
     optimizer_->step(params, grads, static_cast<float>(lr), static_cast<float>(clip / out.loss_scale));
     refresh_working_params();
   }
-  times_.optimizer += t.seconds();
+  times_.optimizer += phase_seconds(t);
   return out;
 }
 

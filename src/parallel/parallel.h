@@ -98,6 +98,10 @@ struct EngineSettings {
   // weights, gradient accumulation and Adam state. F16 adds loss scaling (loss_scaler).
   DType precision = DType::F32;
   LossScalerSettings loss_scaler;
+  // wall_clock_breakdown: every timed phase ends by synchronizing the backend, so that device
+  // work is charged to the phase that issued it, not to the next host wait (a little overlap
+  // between phases is lost, as with DeepSpeed's synchronized timers).
+  bool synchronize_phases = false;
 };
 
 // Bytes this rank holds persistently; workspace is the transient memory the stage declares
@@ -197,6 +201,8 @@ class Engine {
   void on_grad_ready(int group);
   void issue_reduction(size_t bucket_index);
   void wait_reductions();
+  // Seconds since t started; with synchronize_phases, once the backend has caught up.
+  double phase_seconds(const Timer& t);
   std::vector<FlatSpan> spans_of(const std::vector<OwnedRun>& runs, float* flat, float* shard) const;
   bool mixed() const { return settings_.precision != DType::F32; }
   Device device() const { return backend_.device(); }

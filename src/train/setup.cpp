@@ -64,6 +64,7 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.loss_scaler.hysteresis = f.hysteresis;
   s.loss_scaler.consecutive_hysteresis = f.consecutive_hysteresis;
   s.loss_scaler.min_scale = f.min_loss_scale;
+  s.synchronize_phases = cfg.wall_clock_breakdown;
   return s;
 }
 
