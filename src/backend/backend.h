@@ -160,8 +160,10 @@ class Backend {
 
   // One torch.optim.AdamW step (torch's operation order) over a contiguous range; param,
   // exp_avg and exp_avg_sq are updated in place, grad is only read (the scaling and the L2
-  // term are applied to a private copy). All four have the same numel.
-  virtual void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+  // term are applied to a private copy). All four have the same numel. param_copy (optional,
+  // same numel, any float dtype) is overwritten with the updated param rounded as cast
+  // rounds: the 16-bit working copy of mixed precision, written in the same pass.
+  virtual void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
                             const AdamWArgs& args) = 0;
 
   // ---- conveniences built from the ops above, shared by every backend ----

@@ -29,7 +29,10 @@ AdamW::AdamW(Backend& backend, const AdamWSettings& settings, std::vector<ParamR
   }
 }
 
-void AdamW::step(Tensor params, Tensor grads, float lr, float grad_scale) {
+void AdamW::step(Tensor params, Tensor grads, float lr, float grad_scale, Tensor params_copy) {
+  if (params_copy.defined() && params_copy.numel() < numel_) {
+    throw std::logic_error("AdamW: the parameter copy is shorter than the parameters");
+  }
   ++steps_;
   AdamWArgs args;
   args.lr = lr;
@@ -40,14 +43,16 @@ void AdamW::step(Tensor params, Tensor grads, float lr, float grad_scale) {
   args.bias_correction2 = 1.0 - std::pow(static_cast<double>(settings_.beta2), static_cast<double>(steps_));
   args.grad_scale = grad_scale;
   args.decoupled = settings_.decoupled;
-  // A range of an fp32 tensor, keeping its device.
+  // A range of a tensor, keeping its dtype and device; an undefined tensor stays undefined.
   auto range = [](const Tensor& t, const ParamRange& r) {
-    return Tensor(t.f32() + r.offset, DType::F32, {r.numel}, t.device);
+    if (!t.defined()) return t;
+    return Tensor(static_cast<char*>(t.data) + static_cast<size_t>(r.offset) * dtype_size(t.dtype), t.dtype,
+                  {r.numel}, t.device);
   };
   const Tensor m = exp_avg(), v = exp_avg_sq();
   for (const ParamRange& r : ranges_) {
     args.weight_decay = r.weight_decay ? settings_.weight_decay : 0.0;
-    backend_.adamw_update(range(params, r), range(grads, r), range(m, r), range(v, r), args);
+    backend_.adamw_update(range(params, r), range(grads, r), range(m, r), range(v, r), range(params_copy, r), args);
   }
 }
 

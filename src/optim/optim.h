@@ -107,8 +107,10 @@ class AdamW {
  public:
   AdamW(Backend& backend, const AdamWSettings& settings, std::vector<ParamRange> ranges, int64_t numel);
   // One update of params from grads (both flat fp32 of `numel` elements); grads are
-  // multiplied by grad_scale first (the clip coefficient).
-  void step(Tensor params, Tensor grads, float lr, float grad_scale);
+  // multiplied by grad_scale first (the clip coefficient). params_copy (optional, laid out
+  // like params, any float dtype) receives the updated parameters of every range, rounded,
+  // in the same pass: the working copy of mixed precision.
+  void step(Tensor params, Tensor grads, float lr, float grad_scale, Tensor params_copy = Tensor());
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   // The moments, fp32 on the backend's device, laid out like the parameters.

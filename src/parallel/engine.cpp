@@ -134,19 +134,36 @@ Tensor Engine::master_params() const {
   }
 }
 
-void Engine::refresh_working_params() {
+Tensor Engine::working_copy_of_master() const {
+  if (!mixed()) return Tensor();
+  switch (settings_.zero_stage) {
+    case 0: {
+      const Tensor flat = flat_store_->padded_params();
+      return Tensor(flat.data, flat.dtype, {partition_->numel()}, flat.device);
+    }
+    case 1:
+    case 2: return work_shard_.view(0, settings_.precision, {partition_->shard_numel()});
+    default: return sharded_store_->working_params();
+  }
+}
+
+void Engine::refresh_working_params(bool working_current) {
   if (sharded_store_) {
-    sharded_store_->invalidate_params();
+    sharded_store_->invalidate_params(working_current);
     return;
   }
   const DType work = settings_.precision;
   if (settings_.zero_stage == 0) {
     // fp32: the model's flat parameters are the master; nothing to refresh.
-    if (mixed()) backend_.cast(master_.view(0, DType::F32, {flat_store_->capacity()}), flat_store_->padded_params());
+    if (mixed() && !working_current) {
+      backend_.cast(master_.view(0, DType::F32, {flat_store_->capacity()}), flat_store_->padded_params());
+    }
     return;
   }
   const int64_t shard = partition_->shard_numel();
-  if (mixed()) backend_.cast(param_shard_.view(0, DType::F32, {shard}), work_shard_.view(0, work, {shard}));
+  if (mixed() && !working_current) {
+    backend_.cast(param_shard_.view(0, DType::F32, {shard}), work_shard_.view(0, work, {shard}));
+  }
   const Buffer& source = mixed() ? work_shard_ : param_shard_;
   const Tensor flat = flat_store_->padded_params();
   std::vector<CommHandle> gathers;
@@ -320,8 +337,11 @@ StepOutcome Engine::apply(double lr) {
   if (!out.skipped) {
     const float clip = clip_coefficient(out.grad_norm, settings_.gradient_clipping);
     // One multiplier unscales and clips; the scale is a power of two, so nothing is lost.
-    optimizer_->step(params, grads, static_cast<float>(lr), static_cast<float>(clip / out.loss_scale));
-    refresh_working_params();
+    // Under mixed precision the update also writes the working copy; elements no range covers
+    // (padding) are zero in both copies from the start.
+    optimizer_->step(params, grads, static_cast<float>(lr), static_cast<float>(clip / out.loss_scale),
+                     working_copy_of_master());
+    refresh_working_params(mixed());
   }
   times_.optimizer += phase_seconds(t);
   return out;

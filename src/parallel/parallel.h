@@ -211,8 +211,12 @@ class Engine {
   std::vector<FlatSpan> device_held_spans(StateKind kind);
   // The fp32 parameters the optimizer updates: flat (stage 0) or the shard (stages 1-3).
   Tensor master_params() const;
-  // After master_params changed: cast into the working copy and, at stages 1-2, all-gather it.
-  void refresh_working_params();
+  // Mixed precision: the 16-bit tensor refresh_working_params rounds master_params() into, laid
+  // out like it (the optimizer writes it in the same pass); undefined in fp32.
+  Tensor working_copy_of_master() const;
+  // After master_params changed: cast into the working copy (unless working_current: already
+  // written) and, at stages 1-2, all-gather it.
+  void refresh_working_params(bool working_current = false);
   float* flat_params() const;  // fp32 only: the model's flat parameters
   float* flat_grads() const;
 

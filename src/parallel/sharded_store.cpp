@@ -190,7 +190,7 @@ void ShardedParamStore::finish_reductions() {
   }
 }
 
-void ShardedParamStore::invalidate_params() {
+void ShardedParamStore::invalidate_params(bool working_current) {
   for (auto* pool : {&embed_params_, &layer_params_}) {
     for (Slot& s : *pool) {
       if (s.pending) timed_wait(s.pending);
@@ -198,7 +198,7 @@ void ShardedParamStore::invalidate_params() {
       s.in_use = false;
     }
   }
-  if (mixed()) backend_.cast(params(), work_params_.view(0, work_dtype_, {shard_numel_}));
+  if (mixed() && !working_current) backend_.cast(params(), working_params());
 }
 
 }  // namespace strata

@@ -30,8 +30,13 @@ class ShardedParamStore final : public ParamStore {
   // Waits for every gradient reduction in flight and accumulates it.
   void finish_reductions();
   // To call after params() changed (optimizer step, init, load): drops gathered parameters
-  // (they are stale) and, under mixed precision, rounds the master shard into the working shard.
-  void invalidate_params();
+  // (they are stale) and, under mixed precision, rounds the master shard into the working shard
+  // unless the caller has already written it (working_current: the optimizer's fused copy).
+  void invalidate_params(bool working_current = false);
+  // Mixed precision: the working shard, laid out like params(); undefined in fp32.
+  Tensor working_params() const {
+    return mixed() ? work_params_.view(0, work_dtype_, {shard_numel_}) : Tensor();
+  }
 
   // The fp32 shard the optimizer updates and checkpoints hold (the master copy when mixed).
   Tensor params() const { return params_.view(0, DType::F32, {shard_numel_}); }

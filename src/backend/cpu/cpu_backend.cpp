@@ -188,12 +188,22 @@ void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tenso
   }
 }
 
-void CpuBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+void CpuBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
                               const AdamWArgs& args) {
   const int64_t n = param.numel();
-  require(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n, "adamw_update",
+  require(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n &&
+              (!param_copy.defined() || param_copy.numel() == n),
+          "adamw_update",
           "param " + param.shape_string() + ", grad " + grad.shape_string() + ", exp_avg " +
-              exp_avg.shape_string() + ", exp_avg_sq " + exp_avg_sq.shape_string());
+              exp_avg.shape_string() + ", exp_avg_sq " + exp_avg_sq.shape_string() +
+              (param_copy.defined() ? ", param_copy " + param_copy.shape_string() : std::string()));
+  adamw_update_in_place(param, grad, exp_avg, exp_avg_sq, args);
+  if (param_copy.defined()) cast(param, param_copy);
+}
+
+void CpuBackend::adamw_update_in_place(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                                       const AdamWArgs& args) {
+  const int64_t n = param.numel();
   require(args.bias_correction1 > 0 && args.bias_correction2 > 0, "adamw_update",
           "bias corrections must be positive (1 − β^t with t ≥ 1)");
   // torch computes these scalars in double (Python floats) and hands them to fp32 kernels.

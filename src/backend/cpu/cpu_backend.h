@@ -48,10 +48,12 @@ class CpuBackend final : public Backend {
   void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
   void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size,
                              bool write_dlogits, float dloss) override;
-  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
                     const AdamWArgs& args) override;
 
  private:
+  // adamw_update without the copy: the spans write param back when they close, before the cast.
+  void adamw_update_in_place(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWArgs& args);
   // One (batch, head) of attention in double: T×T scores and their gradient, and the (T, hs)
   // head slices; grown on demand.
   std::vector<double> scores_;

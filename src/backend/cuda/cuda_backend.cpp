@@ -244,12 +244,8 @@ void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tens
                                       V, base + ids_bytes, sort_bytes, stream_));
 }
 
-void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWArgs& args) {
-  adamw_update_with_copy(param, grad, exp_avg, exp_avg_sq, Tensor(), args);
-}
-
-void CudaBackend::adamw_update_with_copy(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                                         Tensor param_copy, const AdamWArgs& args) {
+void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
+                               const AdamWArgs& args) {
   const char* op = "adamw_update";
   require_device(op, {&param, &grad, &exp_avg, &exp_avg_sq, &param_copy});
   const int64_t n = param.numel();

@@ -67,15 +67,13 @@ class CudaBackend final : public Backend {
   // targets may be in host or device memory.
   void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size, bool write_dlogits,
                              float dloss) override;
-  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWArgs& args) override;
+  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
+                    const AdamWArgs& args) override;
 
   // ---- CUDA-only extras (not in the Backend interface yet) ----
   // out (M, N) = gelu(op(a) · op(b) + bias) in one cuBLASLt call with the GELU epilogue;
   // pre_gelu (M, N), out's dtype, receives a·b + bias for the backward.
   void matmul_gelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, Tensor bias, bool trans_a, bool trans_b);
-  // adamw_update that also writes the updated parameters, rounded, into param_copy (optional).
-  void adamw_update_with_copy(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
-                              const AdamWArgs& args);
   // fp32 GEMMs may use TF32 tensor cores (off by default: exact fp32 like the CPU reference).
   void set_allow_tf32(bool allow);
   size_t gemm_plans_cached() const;

@@ -211,10 +211,12 @@ class GuardedBackend final : public Backend {
     const OpScope open;
     cpu_->softmax_cross_entropy(own(logits, op), own(losses, op), any(targets), vocab_size, write_dlogits, dloss);
   }
-  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWArgs& args) override {
+  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
+                    const AdamWArgs& args) override {
     const char* op = "adamw_update";
     const OpScope open;
-    cpu_->adamw_update(own(param, op), own(grad, op), own(exp_avg, op), own(exp_avg_sq, op), args);
+    cpu_->adamw_update(own(param, op), own(grad, op), own(exp_avg, op), own(exp_avg_sq, op), own(param_copy, op),
+                       args);
   }
 
  private:

@@ -113,7 +113,8 @@ AdamCase run_two_steps(Backend& backend, bool decoupled, float grad_multiplier, 
     args.grad_scale = grad_scale;
     args.decoupled = decoupled;
     backend.adamw_update(Tensor(s.param.data(), DType::F32, {6}), Tensor(g.data(), DType::F32, {6}),
-                         Tensor(s.exp_avg.data(), DType::F32, {6}), Tensor(s.exp_avg_sq.data(), DType::F32, {6}), args);
+                         Tensor(s.exp_avg.data(), DType::F32, {6}), Tensor(s.exp_avg_sq.data(), DType::F32, {6}),
+                         Tensor(), args);
     REQUIRE(g == g_before);  // the gradient buffer is only read
   }
   return s;

@@ -198,7 +198,7 @@ TEST_CASE("a few AdamW steps on one batch drive the loss down") {
     args.bias_correction1 = 1.0 - std::pow(args.beta1, step);
     args.bias_correction2 = 1.0 - std::pow(args.beta2, step);
     backend->adamw_update(model.params_flat(), model.grads_flat(), Tensor(m.data(), DType::F32, {n}),
-                          Tensor(v.data(), DType::F32, {n}), args);
+                          Tensor(v.data(), DType::F32, {n}), Tensor(), args);
   }
   INFO("loss " << first << " -> " << last);
   CHECK(last < 0.6f * first);

@@ -1,7 +1,8 @@
-// wall_clock_breakdown on an asynchronous device: the engine's phase times must include the
-// device work each phase issued. The device here is the guarded CPU backend behind a queue
-// that runs behind the host (each op books its simulated duration and returns at once;
-// synchronize, host copies and sum_squares wait for the queue), as a GPU stream does.
+// The engine on a simulated asynchronous device: the guarded CPU backend behind a queue that
+// runs behind the host (each op books its simulated duration and returns at once; synchronize,
+// host copies and sum_squares wait for the queue), as a GPU stream does. wall_clock_breakdown's
+// phase times must include the device work each phase issued, and under mixed precision the
+// optimizer must write the 16-bit working copy in its own pass (no separate cast).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -25,6 +26,10 @@ class LaggingBackend final : public Backend {
       : inner_(make_guarded_cpu_backend()), seconds_per_call_(std::move(seconds_per_call)) {}
 
   double booked_seconds() const { return booked_; }
+  int calls(const std::string& op) const {
+    const auto it = calls_.find(op);
+    return it == calls_.end() ? 0 : it->second;
+  }
 
   Device device() const override { return inner_->device(); }
   std::string name() const override { return "lagging " + inner_->name(); }
@@ -86,8 +91,9 @@ class LaggingBackend final : public Backend {
     run("softmax_cross_entropy",
         [&] { inner_->softmax_cross_entropy(logits, losses, targets, vocab_size, write_dlogits, dloss); });
   }
-  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWArgs& args) override {
-    run("adamw_update", [&] { inner_->adamw_update(param, grad, exp_avg, exp_avg_sq, args); });
+  void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
+                    const AdamWArgs& args) override {
+    run("adamw_update", [&] { inner_->adamw_update(param, grad, exp_avg, exp_avg_sq, param_copy, args); });
   }
   void linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) override {
     run("linear_gelu_forward", [&] { inner_->linear_gelu_forward(out, pre, inp, weight, bias); });
@@ -99,6 +105,7 @@ class LaggingBackend final : public Backend {
   template <typename Op>
   void run(const std::string& op, Op&& body) {
     body();
+    ++calls_[op];
     const auto it = seconds_per_call_.find(op);
     if (it == seconds_per_call_.end()) return;
     const auto duration = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(it->second));
@@ -110,17 +117,20 @@ class LaggingBackend final : public Backend {
   std::map<std::string, double> seconds_per_call_;
   Clock::time_point busy_until_ = Clock::now();
   double booked_ = 0.0;
+  std::map<std::string, int> calls_;
 };
 
 struct PhaseRun {
   EngineTimes times;
+  int optimizer_casts = 0;        // cast ops issued by Engine::apply
+  int optimizer_updates = 0;      // adamw_update ops issued by Engine::apply
   double backward_booked = 0.0;   // simulated device seconds of the backward ops
   double optimizer_booked = 0.0;  // and of the optimizer's
 };
 
 // One optimizer step of a one-layer model over two micro-batches.
 PhaseRun run_one_step(int zero_stage, bool synchronize_phases, double embedding_backward_seconds,
-                      double adamw_seconds) {
+                      double adamw_seconds, DType precision = DType::F32) {
   LaggingBackend device({{"embedding_backward", embedding_backward_seconds}, {"adamw_update", adamw_seconds}});
   DeviceAccess access;
   access.device = device.device();
@@ -132,6 +142,7 @@ PhaseRun run_one_step(int zero_stage, bool synchronize_phases, double embedding_
   EngineSettings settings;
   settings.zero_stage = zero_stage;
   settings.synchronize_phases = synchronize_phases;
+  settings.precision = precision;
   Engine engine(device, *dp, *scalars, dims, B, ActivationRecompute::None, settings);
   engine.init_weights(5);
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
@@ -145,8 +156,11 @@ PhaseRun run_one_step(int zero_stage, bool synchronize_phases, double embedding_
   for (int micro = 0; micro < 2; ++micro) engine.micro_step(tokens.data(), targets.data(), B, T, 1.0f / (4 * B * T));
   engine.finish_reduction();
   out.backward_booked = device.booked_seconds();
+  const int casts_before = device.calls("cast"), updates_before = device.calls("adamw_update");
   engine.apply(1e-3);
   out.optimizer_booked = device.booked_seconds() - out.backward_booked;
+  out.optimizer_casts = device.calls("cast") - casts_before;
+  out.optimizer_updates = device.calls("adamw_update") - updates_before;
   device.synchronize();
   out.times = engine.times();
   return out;
@@ -172,4 +186,13 @@ TEST_CASE("wall_clock_breakdown charges an asynchronous device's work to the pha
   // synchronization removes, and shows that the device above really runs behind the host.
   const PhaseRun unsynced = run_one_step(0, false, lag, 0.01);
   CHECK(unsynced.times.forward >= lag);
+}
+
+TEST_CASE("under mixed precision the optimizer writes the working copy in the same pass as the update") {
+  for (int stage : {0, 1, 2, 3}) {
+    INFO("ZeRO stage " << stage);
+    const PhaseRun bf16 = run_one_step(stage, false, 0.0, 0.0, DType::BF16);
+    CHECK(bf16.optimizer_updates > 0);
+    CHECK(bf16.optimizer_casts == 0);
+  }
 }
