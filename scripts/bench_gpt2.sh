@@ -11,6 +11,10 @@
 #   STRATA_BUILD_DIR   build folder with bin/strata and tests/gpu/bench_kernels (default build-gpu)
 #   BENCH_MODELS       models to run (default "124m 1558m")
 #   BENCH_BATCH_124M, BENCH_BATCH_1558M   micro-batch per model (default 32 and 8)
+#   BENCH_GAS_124M, BENCH_GAS_1558M       micro-batches per optimizer step (default 1 and 8: the
+#                                         1558M step then holds 64K tokens, as real training
+#                                         of that size does, rather than paying the optimizer
+#                                         every 8K tokens)
 #   BENCH_STEPS        steps of each run (default 30; the first 5, where torch.compile compiles, are not timed)
 #   STRATA_PYTHON3     python with torch (default python3)
 #   STRATA_HOST_LD_LIBRARY_PATH  when set, the library path python runs with (see gpu_check.sh)
@@ -54,17 +58,18 @@ declare -A layers=([124m]=12 [350m]=24 [774m]=36 [1558m]=48)
 declare -A heads=([124m]=12 [350m]=16 [774m]=20 [1558m]=25)
 declare -A width=([124m]=768 [350m]=1024 [774m]=1280 [1558m]=1600)
 declare -A batch=([124m]="${BENCH_BATCH_124M:-32}" [350m]=16 [774m]=8 [1558m]="${BENCH_BATCH_1558M:-8}")
+declare -A accum=([124m]="${BENCH_GAS_124M:-1}" [350m]=1 [774m]=1 [1558m]="${BENCH_GAS_1558M:-8}")
 
 rows=()
 for model in ${BENCH_MODELS:-124m 1558m}; do
-  b="${batch[$model]}"
+  b="${batch[$model]}" gas="${accum[$model]}"
   metrics="$out/strata_$model.jsonl"
   rm -f "$metrics"
-  echo "== strata GPT-2 $model: batch $b x 1024, bf16, $steps steps"
+  echo "== strata GPT-2 $model: batch $b x 1024, accumulation $gas, bf16, $steps steps"
   "$strata" train --config "$root/configs/gpt2-$model.yaml" --set device=cuda --set bf16.enabled=true \
     --set data.train="$data/bench_train_*.bin" --set data.val= --set train.iters="$steps" \
     --set train.eval_interval=0 --set checkpoint.dir= --set checkpoint.save_interval=0 \
-    --set checkpoint.resume=none --set train_micro_batch_size_per_gpu="$b" --set gradient_accumulation_steps=1 \
+    --set checkpoint.resume=none --set train_micro_batch_size_per_gpu="$b" --set gradient_accumulation_steps="$gas" \
     --set steps_per_print=5 --set logging.metrics_file="$metrics" >"$out/strata_$model.log" 2>&1
   rc=$?
   strata_json="$(python3 - "$metrics" "$warmup_steps" "$rc" <<'PY'
@@ -90,14 +95,14 @@ PY
   echo "$strata_json" | tee -a "$out/results.jsonl"
   torch_json='{"impl": "pytorch", "error": "skipped: no torch with CUDA"}'
   if [ "$have_torch" -eq 1 ]; then
-    echo "== pytorch GPT-2 $model: batch $b x 1024, bf16 autocast, torch.compile"
+    echo "== pytorch GPT-2 $model: batch $b x 1024, accumulation $gas, bf16 autocast, torch.compile"
     torch_json="$("${python_env[@]}" "$python" "$root/scripts/bench_pytorch_gpt2.py" --n-layer "${layers[$model]}" \
-      --n-head "${heads[$model]}" --d-model "${width[$model]}" --batch "$b" --seq 1024 --steps "$((steps - warmup_steps))" --warmup "$warmup_steps" \
+      --n-head "${heads[$model]}" --d-model "${width[$model]}" --batch "$b" --grad-accum "$gas" --seq 1024 --steps "$((steps - warmup_steps))" --warmup "$warmup_steps" \
       2>"$out/pytorch_$model.log" | tail -n 1)"
     [ -n "$torch_json" ] || torch_json='{"impl": "pytorch", "error": "failed; see pytorch log"}'
   fi
   echo "$torch_json" | tee -a "$out/results.jsonl"
-  rows+=("$(python3 - "$model" "$b" "$strata_json" "$torch_json" <<'PY'
+  rows+=("$(python3 - "$model" "${b}x$gas" "$strata_json" "$torch_json" <<'PY'
 import json, sys
 model, b, s, t = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 def cell(r):
@@ -105,7 +110,7 @@ def cell(r):
     mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "n/a"
     return f"{r['tokens_per_s']:>10,.0f} tok/s {mfu:>6} {r['peak_memory_gib']:>6.1f} GiB"
 ratio = f"{s['tokens_per_s'] / t['tokens_per_s']:.2f}x" if "error" not in s and "error" not in t else "n/a"
-print(f"GPT-2 {model:>5} B={b:<3} | strata {cell(s)} | pytorch {cell(t)} | ratio {ratio}")
+print(f"GPT-2 {model:>5} B={b:<5} | strata {cell(s)} | pytorch {cell(t)} | ratio {ratio}")
 PY
 )")
 done

@@ -70,7 +70,8 @@ def main() -> int:
     parser.add_argument("--d-model", type=int, default=768)
     parser.add_argument("--vocab", type=int, default=50304, help="padded vocabulary size")
     parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=16, help="micro-batch (sequences)")
+    parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps (compilation happens here)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -92,10 +93,11 @@ def main() -> int:
 
     def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                loss = step_model(tokens, targets)
-        loss.backward()
+        for _ in range(args.grad_accum):
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    loss = step_model(tokens, targets)
+            (loss / args.grad_accum).backward()
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
@@ -110,7 +112,7 @@ def main() -> int:
         loss = step()
     torch.cuda.synchronize()
     step_s = (time.perf_counter() - start) / args.steps
-    tokens_per_step = args.batch * args.seq
+    tokens_per_step = args.batch * args.seq * args.grad_accum
     flops_per_token = 6 * params + 6 * args.n_layer * args.d_model * args.seq
     tokens_per_s = tokens_per_step / step_s
     result = {
@@ -123,6 +125,7 @@ def main() -> int:
         "d_model": args.d_model,
         "vocab": args.vocab,
         "batch": args.batch,
+        "grad_accum": args.grad_accum,
         "seq": args.seq,
         "params": params,
         "step_ms": round(step_s * 1e3, 3),
