@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/device_memory.h"
 #include "core/check.h"
+#include "core/log.h"
 #include "elementwise.cuh"
 
 namespace strata::cuda {
@@ -139,6 +140,8 @@ struct GemmRunner::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool found = false;                                // the heuristic offered an algorithm
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;    // what the heuristic returned
   ~Plan() {
     if (out) cublasLtMatrixLayoutDestroy(out);
     if (second) cublasLtMatrixLayoutDestroy(second);
@@ -176,8 +179,9 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmKey& key, const GemmPointers& p
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   if (p.epilogue != GemmEpilogue::None) set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(p.out_type));
   if (p.epilogue == GemmEpilogue::GeluBias) {
+    // The aux data type is left at its default (D's type): other values are for narrow
+    // (fp8) precisions only.
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(g.m));
-    set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, cuda_type(p.out_type));
   }
   set_call_pointers(plan->desc, p, ptrs);  // the heuristic sees the real bias/aux pointers
   const cudaDataType_t ab = cuda_type(p.ab_type), out = cuda_type(p.out_type);
@@ -198,25 +202,17 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmKey& key, const GemmPointers& p
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second,
                                                                plan->out, plan->out, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-    throw std::runtime_error("cuBLASLt has no algorithm for the GEMM " + describe(p) + " (status " +
-                             std::to_string(static_cast<int>(status)) + ")");
+  plan->status = status;
+  plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (plan->found) plan->algo = result.algo;
+  if (!plan->found && p.epilogue == GemmEpilogue::GeluBias) {
+    log_warn("cuBLASLt offers no GELU epilogue for the GEMM {} (status {}): a GELU kernel follows it instead",
+             describe(p), static_cast<int>(status));
   }
-  plan->algo = result.algo;
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
-  if (problem.epilogue == GemmEpilogue::GeluBias && !gelu_epilogue_fusable(problem)) {
-    GemmProblem biased = problem;
-    biased.epilogue = GemmEpilogue::Bias;
-    GemmPointers into_pre = ptrs;
-    into_pre.out = ptrs.pre_gelu;
-    into_pre.pre_gelu = nullptr;
-    run(biased, into_pre);
-    CUDA_CHECK(cuda::gelu_forward(ptrs.out, ptrs.pre_gelu, problem.out_type, problem.m * problem.n, stream_));
-    return;
-  }
+GemmKey GemmRunner::key_of(const GemmProblem& problem, const GemmPointers& ptrs) const {
   GemmKey key;
   key.problem = problem;
   key.tf32 = allow_tf32_ && problem.ab_type == ElemType::F32;
@@ -225,7 +221,38 @@ void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
   key.align_out = alignment_class(ptrs.out);
   key.align_bias = ptrs.bias ? alignment_class(ptrs.bias) : 0;
   key.align_aux = ptrs.pre_gelu ? alignment_class(ptrs.pre_gelu) : 0;
-  Plan& plan = plan_for(key, ptrs);
+  return key;
+}
+
+void GemmRunner::run_gelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs) {
+  GemmProblem biased = problem;
+  biased.epilogue = GemmEpilogue::Bias;
+  GemmPointers into_pre = ptrs;
+  into_pre.out = ptrs.pre_gelu;
+  into_pre.pre_gelu = nullptr;
+  run(biased, into_pre);
+  CUDA_CHECK(cuda::gelu_forward(ptrs.out, ptrs.pre_gelu, problem.out_type, problem.m * problem.n, stream_));
+}
+
+void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
+  const bool gelu = problem.epilogue == GemmEpilogue::GeluBias;
+  if (gelu && !gelu_epilogue_fusable(problem)) {
+    run_gelu_unfused(problem, ptrs);
+    return;
+  }
+  Plan& plan = plan_for(key_of(problem, ptrs), ptrs);
+  if (!plan.found) {
+    if (gelu) {
+      run_gelu_unfused(problem, ptrs);
+      return;
+    }
+    throw std::runtime_error("cuBLASLt has no algorithm for the GEMM " + describe(problem) + " (status " +
+                             std::to_string(static_cast<int>(plan.status)) + ")");
+  }
+  launch(plan, problem, ptrs);
+}
+
+void GemmRunner::launch(Plan& plan, const GemmProblem& problem, const GemmPointers& ptrs) {
   set_call_pointers(plan.desc, problem, ptrs);
   const float alpha = 1.0f, beta = problem.accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, ptrs.b, plan.first, ptrs.a, plan.second, &beta, ptrs.out,

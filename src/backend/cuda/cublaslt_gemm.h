@@ -84,14 +84,21 @@ class GemmRunner {
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
 
-  // Enqueues the product on the stream; k == 0 is handled by the caller.
+  // Enqueues the product on the stream; k == 0 is handled by the caller. A GELU epilogue
+  // cuBLASLt cannot fuse (shape, alignment, or no algorithm offered) runs as a bias GEMM into
+  // pre_gelu followed by the GELU kernel; any other GEMM without an algorithm throws.
   void run(const GemmProblem& problem, const GemmPointers& ptrs);
   void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
   size_t cached_plans() const { return plans_.size(); }
 
  private:
   struct Plan;
+  // The cached plan of key, made on first use; its algorithm may be missing (found == false),
+  // which is cached too.
   Plan& plan_for(const GemmKey& key, const GemmPointers& ptrs);
+  GemmKey key_of(const GemmProblem& problem, const GemmPointers& ptrs) const;
+  void launch(Plan& plan, const GemmProblem& problem, const GemmPointers& ptrs);
+  void run_gelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;

@@ -261,6 +261,12 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 // One algorithm: it may assume exactly the alignments the preference promises (and, for the
 // bias and GELU input, the alignment their pointers had, up to 16 bytes), and uses up to
 // kAlgoWorkspace of workspace when the preference allows it.
+namespace {
+uint32_t g_refused_epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+void mock_cublaslt_refuse_epilogue(cublasLtEpilogue_t epilogue) { g_refused_epilogue = epilogue; }
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -274,6 +280,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   if (status != CUBLAS_STATUS_SUCCESS) return status;
   for (uint32_t alignment : pref->alignment)
     if (alignment == 0 || (alignment & (alignment - 1)) != 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (g_refused_epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue == g_refused_epilogue)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   cublasLtMatmulHeuristicResult_t& r = results[0];
   r = cublasLtMatmulHeuristicResult_t{};
   r.algo.data[0] = kAlgoMagic;

@@ -1,7 +1,8 @@
 // The cuBLASLt mock's own contract: it must refuse the calls the real library refuses (an
 // alignment the preference did not promise, a GELU input leading dimension that is not a
 // multiple of 8, a bias of another type, an attribute of the wrong size), or the emulated GPU op
-// tests could pass on plans a GPU would reject.
+// tests could pass on plans a GPU would reject. And the CUDA backend's answer to a refused GELU
+// epilogue: the unfused path, not an abort.
 #include <catch2/catch.hpp>
 
 #include <cublasLt.h>
@@ -55,4 +56,27 @@ TEST_CASE("emulated cuBLASLt: refuses what cuBLASLt refuses") {
   cublasLtMatrixLayoutDestroy(layout);
   cublasLtMatmulDescDestroy(desc);
   cublasLtDestroy(handle);
+}
+
+TEST_CASE("emulated GPU: a GELU epilogue cuBLASLt does not offer runs as a bias GEMM and a GELU kernel") {
+  // A shape no other test plans, so that the refusal is seen by a fresh plan.
+  Mirrored x({40, 136}, DType::BF16), w({136, 264}, DType::BF16), bias({264}, DType::BF16);
+  Mirrored pre({40, 264}, DType::BF16), out({40, 264}, DType::BF16);
+  Mirrored pre_unfused({40, 264}, DType::BF16), out_unfused({40, 264}, DType::BF16);
+  x.randomize(91);
+  w.randomize(92, 0.05f);
+  bias.randomize(93, 0.1f);
+  mock_cublaslt_refuse_epilogue(CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+  const size_t plans_before = gpu().gemm_plans_cached();
+  CHECK_NOTHROW(gpu().linear_gelu_forward(out.gpu_tensor, pre.gpu_tensor, x.gpu_tensor, w.gpu_tensor, bias.gpu_tensor));
+  // The refusal is remembered: a second call plans nothing new.
+  const size_t plans_after = gpu().gemm_plans_cached();
+  gpu().linear_gelu_forward(out.gpu_tensor, pre.gpu_tensor, x.gpu_tensor, w.gpu_tensor, bias.gpu_tensor);
+  CHECK(gpu().gemm_plans_cached() == plans_after);
+  CHECK(plans_after == plans_before + 2);  // the refused GELU plan and the bias GEMM's
+  mock_cublaslt_refuse_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
+  gpu().matmul(pre_unfused.gpu_tensor, x.gpu_tensor, w.gpu_tensor, bias.gpu_tensor, false, false, false);
+  gpu().gelu_forward(out_unfused.gpu_tensor, pre_unfused.gpu_tensor);
+  CHECK(pre.gpu_bytes() == pre_unfused.gpu_bytes());
+  CHECK(out.gpu_bytes() == out_unfused.gpu_bytes());
 }

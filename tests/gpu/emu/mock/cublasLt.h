@@ -97,6 +97,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
                                               cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int* returned);
 
+// The mock's own test control (no cuBLASLt counterpart): until reset to CUBLASLT_EPILOGUE_DEFAULT,
+// the heuristic offers no algorithm for a descriptor with this epilogue, as a cuBLASLt version or
+// GPU without it would.
+void mock_cublaslt_refuse_epilogue(cublasLtEpilogue_t epilogue);
+
 // D = epilogue(alpha · op(A) · op(B) + beta · C), run on the CPU before it returns.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* a,
                               cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout,
