@@ -4,11 +4,13 @@
 # the GPU op tests, the GPU training tests (CUDA against the CPU curves) and compute-sanitizer,
 # CPU and two-rank training smoke runs and the GPT-2 124M benchmark against PyTorch with the
 # per-kernel table. With --bench it builds and then runs only the full benchmark
-# (scripts/bench_gpt2.sh: GPT-2 124M and 1558M, strata and PyTorch).
+# (scripts/bench_gpt2.sh: GPT-2 124M and 1558M, strata and PyTorch); with --sanitizer, only the
+# compute-sanitizer passes (for when the budget of a full check ran out before them). A build
+# folder left by an earlier call on the same machine is reused, so the build is then quick.
 # Full logs go to OUTDIR (six files); a table comes last. Every step runs under a time limit taken
 # from one overall budget, so a hang costs its step, not the session. See docs/gpu.md.
 #
-# Usage: scripts/gpu_check.sh OUTDIR [--bench]
+# Usage: scripts/gpu_check.sh OUTDIR [--bench | --sanitizer]
 # Environment:
 #   STRATA_DEPS_BUNDLE   folder of .deb files (default: <repo>/.deps/gpu); unpacked when present
 #                        and Debian's dev packages are not installed
@@ -21,11 +23,11 @@
 #   BENCH_*              passed on to scripts/bench_gpt2.sh (models, batches, steps)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${1:?usage: scripts/gpu_check.sh OUTDIR [--bench]}"
+out="${1:?usage: scripts/gpu_check.sh OUTDIR [--bench | --sanitizer]}"
 mode="${2:-check}"
 case "$mode" in
-  check | --bench) ;;
-  *) echo "usage: scripts/gpu_check.sh OUTDIR [--bench]" >&2; exit 2 ;;
+  check | --bench | --sanitizer) ;;
+  *) echo "usage: scripts/gpu_check.sh OUTDIR [--bench | --sanitizer]" >&2; exit 2 ;;
 esac
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
 build="${STRATA_BUILD_DIR:-$root/build-gpu}"
@@ -280,12 +282,39 @@ run_benchmark() {
 }
 bench_table=""
 
+# run_sanitizer GPU_OPS_RC: memcheck on every GPU op test, racecheck on attention, synccheck on
+# the layers; skipped without a GPU (GPU_OPS_RC 77: the op tests found none).
+run_sanitizer() {
+  if [ "$have_gpu" -eq 0 ] || [ "$1" -eq 77 ]; then
+    record "compute-sanitizer" SKIP 0 "skipped: no GPU"
+    return
+  fi
+  if [ "${STRATA_SKIP_SANITIZER:-0}" = 1 ] || ! command -v compute-sanitizer >/dev/null 2>&1; then
+    record "compute-sanitizer" SKIP 0 "skipped: STRATA_SKIP_SANITIZER=1 or not installed"
+    return
+  fi
+  local gpu_ops="$build/tests/gpu/gpu_ops"
+  run_step "memcheck (gpu op tests)" "$tests_log" 180 \
+    compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 "$gpu_ops" &&
+    judge "memcheck (gpu op tests)" "$tests_log" "$(grep 'ERROR SUMMARY' "$tests_log" | tail -n 1)"
+  run_step "racecheck (attention)" "$tests_log" 120 \
+    compute-sanitizer --tool racecheck --error-exitcode 3 "$gpu_ops" "gpu: attention with generic head dims*" &&
+    judge "racecheck (attention)" "$tests_log" "$(grep 'ERROR SUMMARY\|RACECHECK SUMMARY' "$tests_log" | tail -n 1)"
+  run_step "synccheck (layers)" "$tests_log" 90 \
+    compute-sanitizer --tool synccheck --error-exitcode 3 "$gpu_ops" \
+    "gpu: layernorm*" "gpu: softmax cross-entropy*" "gpu: bias_backward*" &&
+    judge "synccheck (layers)" "$tests_log" "$(grep 'ERROR SUMMARY' "$tests_log" | tail -n 1)"
+}
 if [ "$mode" = --bench ]; then
   run_benchmark "${BENCH_MODELS:-124m 1558m}"
   print_table
   [ -n "$bench_table" ] && printf '\n%s\n' "$bench_table" | tee -a "$summary"
   [ "$failed" -eq 0 ]
   exit
+fi
+if [ "$mode" = --sanitizer ]; then
+  run_sanitizer 0
+  finish
 fi
 
 # ---- tests ----
@@ -363,22 +392,6 @@ else
 fi
 
 # ---- compute-sanitizer (last: the slowest, given what is left of the budget) ----
-if [ "$have_gpu" -eq 0 ] || [ "$gpu_ops_rc" -eq 77 ]; then
-  record "compute-sanitizer" SKIP 0 "skipped: no GPU"
-elif [ "${STRATA_SKIP_SANITIZER:-0}" = 1 ] || ! command -v compute-sanitizer >/dev/null 2>&1; then
-  record "compute-sanitizer" SKIP 0 "skipped: STRATA_SKIP_SANITIZER=1 or not installed"
-else
-  gpu_ops="$build/tests/gpu/gpu_ops"
-  run_step "memcheck (gpu op tests)" "$tests_log" 180 \
-    compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 "$gpu_ops" &&
-    judge "memcheck (gpu op tests)" "$tests_log" "$(grep 'ERROR SUMMARY' "$tests_log" | tail -n 1)"
-  run_step "racecheck (attention)" "$tests_log" 120 \
-    compute-sanitizer --tool racecheck --error-exitcode 3 "$gpu_ops" "gpu: attention with generic head dims*" &&
-    judge "racecheck (attention)" "$tests_log" "$(grep 'ERROR SUMMARY\|RACECHECK SUMMARY' "$tests_log" | tail -n 1)"
-  run_step "synccheck (layers)" "$tests_log" 90 \
-    compute-sanitizer --tool synccheck --error-exitcode 3 "$gpu_ops" \
-    "gpu: layernorm*" "gpu: softmax cross-entropy*" "gpu: bias_backward*" &&
-    judge "synccheck (layers)" "$tests_log" "$(grep 'ERROR SUMMARY' "$tests_log" | tail -n 1)"
-fi
+run_sanitizer "$gpu_ops_rc"
 
 finish
