@@ -66,7 +66,13 @@ __global__ void dwpe_kernel(void* dwpe, ElemType dwpe_type, const T* dout, int64
   }
 }
 
-// Block j handles the run of equal keys starting at sorted index j (other blocks exit).
+// Block j handles the run of equal keys starting at sorted index j (other blocks exit). A thread
+// holds kDwteColumns columns (kRowThreads apart, so a warp's loads stay contiguous) and walks the
+// run once per such group: each step of the walk issues that many independent loads, which a
+// frequent token's long run (thousands of positions in real text) needs to hide memory latency.
+// Every column still adds its positions in sorted (= position) order: the CPU backend's order.
+constexpr int kDwteColumns = 8;
+
 template <typename T>
 __global__ void dwte_kernel(void* dwte, ElemType dwte_type, const T* dout, const uint32_t* keys,
                             const int32_t* positions, int64_t n, int64_t channels, int64_t vocab) {
@@ -76,10 +82,27 @@ __global__ void dwte_kernel(void* dwte, ElemType dwte_type, const T* dout, const
   int64_t end = j + 1;
   while (end < n && keys[end] == key) ++end;
   const int64_t row = static_cast<int64_t>(key) * channels;
-  for (int64_t c = threadIdx.x; c < channels; c += kRowThreads) {
-    float acc = detail::load_any(dwte, dwte_type, row + c);
-    for (int64_t k = j; k < end; ++k) acc = __fadd_rn(acc, to_float(dout[positions[k] * channels + c]));
-    detail::store_any(dwte, dwte_type, row + c, acc);
+  constexpr int64_t kGroupWidth = int64_t{kRowThreads} * kDwteColumns;
+  for (int64_t first = threadIdx.x; first < channels; first += kGroupWidth) {
+    float acc[kDwteColumns];
+#pragma unroll
+    for (int i = 0; i < kDwteColumns; ++i) {
+      const int64_t c = first + int64_t{i} * kRowThreads;
+      acc[i] = c < channels ? detail::load_any(dwte, dwte_type, row + c) : 0.0f;
+    }
+    for (int64_t k = j; k < end; ++k) {
+      const T* g = dout + static_cast<int64_t>(positions[k]) * channels;
+#pragma unroll
+      for (int i = 0; i < kDwteColumns; ++i) {
+        const int64_t c = first + int64_t{i} * kRowThreads;
+        if (c < channels) acc[i] = __fadd_rn(acc[i], to_float(g[c]));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kDwteColumns; ++i) {
+      const int64_t c = first + int64_t{i} * kRowThreads;
+      if (c < channels) detail::store_any(dwte, dwte_type, row + c, acc[i]);
+    }
   }
 }
 

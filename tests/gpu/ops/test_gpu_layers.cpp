@@ -183,16 +183,21 @@ TEST_CASE("gpu: embedding forward and backward are exact in fp32, with repeated 
 }
 
 TEST_CASE("gpu: embedding backward in bf16 with fp32 gradients matches the CPU") {
-  const int64_t B = 2, T = 256, C = 768, V = 1000;
-  Mirrored tokens({B, T}, DType::I32), dout({B, T, C}, DType::BF16), dwte({V, C}, DType::F32), dwpe({T, C}, DType::F32);
-  tokens.randomize(81, 1.0f, 40);
-  dout.randomize(82);
-  dwte.randomize(83);
-  dwpe.randomize(84);
-  cpu().embedding_backward(dwte.cpu_tensor, dwpe.cpu_tensor, dout.cpu_tensor, tokens.cpu_tensor);
-  gpu().embedding_backward(dwte.gpu_tensor, dwpe.gpu_tensor, dout.gpu_tensor, tokens.gpu_tensor);
-  CHECK(dwte.gpu_values() == dwte.cpu_values());
-  CHECK(dwpe.gpu_values() == dwpe.cpu_values());
+  // C 768: one group of columns per thread; C 1600 (GPT-2 XL): two, the second partial.
+  for (int64_t C : {int64_t{768}, int64_t{1600}}) {
+    const int64_t B = 2, T = 256, V = 1000;
+    Mirrored tokens({B, T}, DType::I32), dout({B, T, C}, DType::BF16), dwte({V, C}, DType::F32),
+        dwpe({T, C}, DType::F32);
+    tokens.randomize(81, 1.0f, 40);
+    dout.randomize(82);
+    dwte.randomize(83);
+    dwpe.randomize(84);
+    cpu().embedding_backward(dwte.cpu_tensor, dwpe.cpu_tensor, dout.cpu_tensor, tokens.cpu_tensor);
+    gpu().embedding_backward(dwte.gpu_tensor, dwpe.gpu_tensor, dout.gpu_tensor, tokens.gpu_tensor);
+    INFO("C = " << C);
+    CHECK(dwte.gpu_values() == dwte.cpu_values());
+    CHECK(dwpe.gpu_values() == dwpe.cpu_values());
+  }
 }
 
 TEST_CASE("gpu: softmax cross-entropy losses and dlogits over a padded vocabulary") {
