@@ -74,11 +74,27 @@ class Pool {
     }
     return t;
   }
-  Tensor ids(std::initializer_list<int64_t> dims, int64_t range) {
+  // Token ids in [0, range): uniform, or, with zipf, text-like (id k drawn with weight
+  // 1/(k+1), so the commonest id fills several percent of a batch, as "," or " the" do).
+  Tensor ids(std::initializer_list<int64_t> dims, int64_t range, bool zipf = false) {
     Tensor t = make(DType::I32, dims);
     std::vector<int32_t> host(static_cast<size_t>(t.numel()));
     Rng rng(99, 4);
-    for (int32_t& id : host) id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(range)));
+    std::vector<double> cumulative;
+    if (zipf) {
+      double total = 0.0;
+      for (int64_t k = 0; k < range; ++k) cumulative.push_back(total += 1.0 / static_cast<double>(k + 1));
+      for (double& c : cumulative) c /= total;
+    }
+    for (int32_t& id : host) {
+      if (!zipf) {
+        id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(range)));
+        continue;
+      }
+      const double u = rng.uniform();
+      const auto at = std::lower_bound(cumulative.begin(), cumulative.end(), u);
+      id = static_cast<int32_t>(std::min<int64_t>(at - cumulative.begin(), range - 1));
+    }
     gpu_.copy(Tensor(host.data(), DType::I32, {t.numel()}), t);
     return t;
   }
@@ -196,6 +212,7 @@ int main(int argc, char** argv) {
     const Tensor wte = pool.make(dt, {Vp, C}, 0.02f), wpe = pool.make(dt, {1024, C}, 0.02f);
     const Tensor dwte = pool.make(DType::F32, {Vp, C}), dwpe = pool.make(DType::F32, {1024, C});
     const Tensor tokens = pool.ids({B, T}, V), targets = pool.ids({N}, V);
+    const Tensor text_tokens = pool.ids({B, T}, V, true);
     const Tensor logits = pool.make(dt, {N, Vp}), losses = pool.make(DType::F32, {N});
 
     const double nc = static_cast<double>(N * C);
@@ -239,6 +256,8 @@ int main(int argc, char** argv) {
     bench.run("embedding_forward", es * 3 * nc + 4.0 * N, 0, [&] { gpu.embedding_forward(x, tokens, wte, wpe); });
     bench.run("embedding_backward", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
               [&] { gpu.embedding_backward(dwte, dwpe, x, tokens); });
+    bench.run("embedding_backward (text-like ids)", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
+              [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens); });
     // The benchmark rewrites the same logits each pass; values stay finite (dlogits are bounded).
     bench.run("softmax_cross_entropy + dlogits", es * 2.0 * N * Vp, 0,
               [&] { gpu.softmax_cross_entropy(logits, losses, targets, static_cast<int>(V), true, 1.0f / N); });
