@@ -58,6 +58,12 @@ void Backend::linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor 
   if (dbias.defined()) bias_backward(dbias, dout);
 }
 
+void Backend::linear_backward_gelu(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                                   Tensor pre) {
+  linear_backward(dpre, dweight, dbias, dout, inp, weight);
+  gelu_backward(dpre, dpre, pre);
+}
+
 int cuda_device_count() {
 #ifdef STRATA_HAVE_CUDA
   int count = 0;

@@ -177,6 +177,12 @@ class Backend {
   // dinp (N, In) = dout · weightᵀ, overwritten (optional); dweight (In, Out) += inpᵀ · dout;
   // dbias (Out) += Σ dout (optional).
   void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight);
+  // linear_backward of a layer whose input is gelu(pre), carried on through the GELU:
+  // dpre (N, In) = (dout · weightᵀ) ⊙ gelu'(pre), overwritten; dweight and dbias as
+  // linear_backward (inp = gelu(pre)). A backend may fuse the GELU gradient into the product
+  // (a GEMM epilogue); by default linear_backward then gelu_backward.
+  virtual void linear_backward_gelu(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                                    Tensor pre);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -324,8 +324,7 @@ void Gpt::block_backward(const BlockParams& p, const BlockParams& g, const Block
   Tensor dwide = act(dwide_offset_, {B, T, 4 * C});
   Tensor dqkv = act(dwide_offset_, {B, T, 3 * C});  // dwide is free again by the time dqkv is written
   // MLP: dres is d(block output); the residual path passes it through unchanged.
-  backend_.linear_backward(dwide, g.proj_w, g.proj_b, dres, a.fch_gelu, p.proj_w);
-  backend_.gelu_backward(dwide, dwide, a.fch);
+  backend_.linear_backward_gelu(dwide, g.proj_w, g.proj_b, dres, a.fch_gelu, p.proj_w, a.fch);
   backend_.linear_backward(dnarrow, g.fc_w, g.fc_b, dwide, a.ln2, p.fc_w);
   backend_.layernorm_backward(dres, g.ln2_w, g.ln2_b, dnarrow, a.x_mid, p.ln2_w, a.ln2_mean, a.ln2_rstd);
   // Attention: dres is now d(x_mid).

@@ -124,9 +124,12 @@ void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribute
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
 }
 
+bool reads_bias(GemmEpilogue e) { return e == GemmEpilogue::Bias || e == GemmEpilogue::GeluBias; }
+bool uses_aux(GemmEpilogue e) { return e == GemmEpilogue::GeluBias || e == GemmEpilogue::DGelu; }
+
 void set_call_pointers(cublasLtMatmulDesc_t desc, const GemmProblem& p, const GemmPointers& ptrs) {
-  if (p.epilogue != GemmEpilogue::None) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ptrs.bias);
-  if (p.epilogue == GemmEpilogue::GeluBias) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ptrs.pre_gelu);
+  if (reads_bias(p.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ptrs.bias);
+  if (uses_aux(p.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ptrs.pre_gelu);
 }
 
 std::string describe(const GemmProblem& p) {
@@ -176,9 +179,10 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmKey& key, const GemmPointers& p
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   if (p.epilogue == GemmEpilogue::Bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
   if (p.epilogue == GemmEpilogue::GeluBias) epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (p.epilogue == GemmEpilogue::DGelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-  if (p.epilogue != GemmEpilogue::None) set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(p.out_type));
-  if (p.epilogue == GemmEpilogue::GeluBias) {
+  if (reads_bias(p.epilogue)) set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(p.out_type));
+  if (uses_aux(p.epilogue)) {
     // The aux data type is left at its default (D's type): other values are for narrow
     // (fp8) precisions only.
     set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(g.m));
@@ -205,7 +209,7 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmKey& key, const GemmPointers& p
   plan->status = status;
   plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan->found) plan->algo = result.algo;
-  if (!plan->found && p.epilogue == GemmEpilogue::GeluBias) {
+  if (!plan->found && uses_aux(p.epilogue)) {
     log_warn("cuBLASLt offers no GELU epilogue for the GEMM {} (status {}): a GELU kernel follows it instead",
              describe(p), static_cast<int>(status));
   }
@@ -234,16 +238,32 @@ void GemmRunner::run_gelu_unfused(const GemmProblem& problem, const GemmPointers
   CUDA_CHECK(cuda::gelu_forward(ptrs.out, ptrs.pre_gelu, problem.out_type, problem.m * problem.n, stream_));
 }
 
+void GemmRunner::run_dgelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs) {
+  GemmProblem plain = problem;
+  plain.epilogue = GemmEpilogue::None;
+  GemmPointers product = ptrs;
+  product.pre_gelu = nullptr;
+  run(plain, product);
+  CUDA_CHECK(cuda::gelu_backward(ptrs.out, ptrs.out, ptrs.pre_gelu, problem.out_type, problem.m * problem.n, stream_));
+}
+
 void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
-  const bool gelu = problem.epilogue == GemmEpilogue::GeluBias;
+  const bool gelu = uses_aux(problem.epilogue);
+  auto run_unfused = [&] {
+    if (problem.epilogue == GemmEpilogue::GeluBias) {
+      run_gelu_unfused(problem, ptrs);
+    } else {
+      run_dgelu_unfused(problem, ptrs);
+    }
+  };
   if (gelu && !gelu_epilogue_fusable(problem)) {
-    run_gelu_unfused(problem, ptrs);
+    run_unfused();
     return;
   }
   Plan& plan = plan_for(key_of(problem, ptrs), ptrs);
   if (!plan.found) {
     if (gelu) {
-      run_gelu_unfused(problem, ptrs);
+      run_unfused();
       return;
     }
     throw std::runtime_error("cuBLASLt has no algorithm for the GEMM " + describe(problem) + " (status " +

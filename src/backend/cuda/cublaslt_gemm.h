@@ -20,6 +20,7 @@ enum class GemmEpilogue : uint8_t {
   None,
   Bias,         // out = a·b + bias
   GeluBias,     // out = gelu(a·b + bias), the pre-activation also written to `pre_gelu`
+  DGelu,        // out = (a·b) ⊙ gelu'(pre_gelu): the GELU's backward fused into the product
 };
 
 // A row-major request: out (m, n) = op(a) (m, k) · op(b) (k, n) [+ bias (n)].
@@ -49,9 +50,9 @@ ColumnMajorGemm column_major_view(const GemmProblem& p);
 GemmProblem make_gemm_problem(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
                               const Tensor& bias, bool trans_a, bool trans_b, bool accumulate);
 
-// cuBLASLt's GELU epilogue needs the pre-activation's leading dimension (n) to be a multiple of
+// cuBLASLt's GELU epilogues need the pre-activation's leading dimension (n) to be a multiple of
 // 8; GemmRunner::run computes other GeluBias problems as a Bias GEMM into pre_gelu plus the
-// GELU kernel.
+// GELU kernel, and other DGelu problems as a plain GEMM plus the GELU backward kernel.
 bool gelu_epilogue_fusable(const GemmProblem& p);
 
 // Cache key of a plan: the problem, the compute mode and each pointer's alignment class
@@ -74,7 +75,7 @@ struct GemmPointers {
   const void* b = nullptr;
   void* out = nullptr;
   const void* bias = nullptr;
-  void* pre_gelu = nullptr;  // GeluBias only: (m, n) in out's dtype
+  void* pre_gelu = nullptr;  // GeluBias (written) and DGelu (read): (m, n) in out's dtype
 };
 
 class GemmRunner {
@@ -85,8 +86,9 @@ class GemmRunner {
   GemmRunner& operator=(const GemmRunner&) = delete;
 
   // Enqueues the product on the stream; k == 0 is handled by the caller. A GELU epilogue
-  // cuBLASLt cannot fuse (shape, alignment, or no algorithm offered) runs as a bias GEMM into
-  // pre_gelu followed by the GELU kernel; any other GEMM without an algorithm throws.
+  // cuBLASLt cannot fuse (shape, alignment, or no algorithm offered) runs unfused: a bias GEMM
+  // into pre_gelu then the GELU kernel, or a plain GEMM then the GELU backward kernel; any
+  // other GEMM without an algorithm throws.
   void run(const GemmProblem& problem, const GemmPointers& ptrs);
   void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
   size_t cached_plans() const { return plans_.size(); }
@@ -99,6 +101,7 @@ class GemmRunner {
   GemmKey key_of(const GemmProblem& problem, const GemmPointers& ptrs) const;
   void launch(Plan& plan, const GemmProblem& problem, const GemmPointers& ptrs);
   void run_gelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs);
+  void run_dgelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;

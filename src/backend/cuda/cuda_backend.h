@@ -6,6 +6,7 @@
 #ifdef STRATA_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,7 @@ namespace strata {
 namespace cuda {
 
 class GemmRunner;
+enum class GemmEpilogue : uint8_t;
 
 
 // Dtype rules (std::invalid_argument otherwise): tensors an op reads and writes together share
@@ -58,6 +60,10 @@ class CudaBackend final : public Backend {
   // bf16/fp16: one GEMM with cuBLASLt's GELU+bias epilogue (GELU of the fp32 accumulator);
   // fp32: the unfused ops, which match the CPU backend's rounding.
   void linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) override;
+  // bf16/fp16: dpre from one GEMM with cuBLASLt's DGELU epilogue (the product in fp32, times
+  // gelu'(pre), rounded once); fp32: the unfused ops, which match the CPU backend's rounding.
+  void linear_backward_gelu(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                            Tensor pre) override;
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head) override;
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head) override;
@@ -74,6 +80,9 @@ class CudaBackend final : public Backend {
   // out (M, N) = gelu(op(a) · op(b) + bias) in one cuBLASLt call with the GELU epilogue;
   // pre_gelu (M, N), out's dtype, receives a·b + bias for the backward.
   void matmul_gelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, Tensor bias, bool trans_a, bool trans_b);
+  // out (M, N) = (op(a) · op(b)) ⊙ gelu'(pre_gelu) in one cuBLASLt call with the DGELU epilogue;
+  // pre_gelu (M, N) in out's dtype is read.
+  void matmul_dgelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, bool trans_a, bool trans_b);
   // fp32 GEMMs may use TF32 tensor cores (off by default: exact fp32 like the CPU reference).
   void set_allow_tf32(bool allow);
   size_t gemm_plans_cached() const;
@@ -83,6 +92,8 @@ class CudaBackend final : public Backend {
   void* cuda_stream() const override { return stream_; }
 
  private:
+  void gelu_epilogue_gemm(const char* op, GemmEpilogue epilogue, Tensor out, Tensor pre_gelu, Tensor a, Tensor b,
+                          Tensor bias, bool trans_a, bool trans_b);
   // Grow-only device scratch shared by the ops (they run in stream order, so one op's use
   // ends before the next op's kernels start); returns its base.
   void* scratch(size_t bytes);

@@ -45,17 +45,17 @@ void CudaBackend::matmul(Tensor out, Tensor a, Tensor b, Tensor bias, bool trans
   gemm_->run(p, ptrs);
 }
 
-void CudaBackend::matmul_gelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, Tensor bias, bool trans_a,
-                              bool trans_b) {
-  const char* op = "matmul_gelu";
+// A GEMM with one of the GELU epilogues, whose GELU input pre_gelu has out's shape and dtype.
+void CudaBackend::gelu_epilogue_gemm(const char* op, GemmEpilogue epilogue, Tensor out, Tensor pre_gelu, Tensor a,
+                                     Tensor b, Tensor bias, bool trans_a, bool trans_b) {
   require_device(op, {&out, &pre_gelu, &a, &b, &bias});
-  require(bias.defined() && pre_gelu.defined(), op, "bias and pre_gelu are required");
+  require(pre_gelu.defined(), op, "pre_gelu is required");
   GemmProblem p = make_gemm_problem(op, out, a, b, bias, trans_a, trans_b, false);
   require(pre_gelu.dtype == out.dtype && pre_gelu.numel() == out.numel(), op,
           "pre_gelu " + pre_gelu.shape_string() + " must match out " + out.shape_string());
   require(p.k > 0, op, "the inner dimension is empty");
   if (p.m == 0 || p.n == 0) return;
-  p.epilogue = GemmEpilogue::GeluBias;
+  p.epilogue = epilogue;
   GemmPointers ptrs;
   ptrs.a = a.data;
   ptrs.b = b.data;
@@ -65,12 +65,32 @@ void CudaBackend::matmul_gelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, T
   gemm_->run(p, ptrs);
 }
 
+void CudaBackend::matmul_gelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, Tensor bias, bool trans_a,
+                              bool trans_b) {
+  require(bias.defined(), "matmul_gelu", "bias is required");
+  gelu_epilogue_gemm("matmul_gelu", GemmEpilogue::GeluBias, out, pre_gelu, a, b, bias, trans_a, trans_b);
+}
+
+void CudaBackend::matmul_dgelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, bool trans_a, bool trans_b) {
+  gelu_epilogue_gemm("matmul_dgelu", GemmEpilogue::DGelu, out, pre_gelu, a, b, Tensor(), trans_a, trans_b);
+}
+
 void CudaBackend::linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) {
   if (out.dtype == DType::F32 || !bias.defined()) {
     Backend::linear_gelu_forward(out, pre, inp, weight, bias);
     return;
   }
   matmul_gelu(out, pre, inp, weight, bias, false, false);
+}
+
+void CudaBackend::linear_backward_gelu(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                                       Tensor weight, Tensor pre) {
+  if (dpre.dtype == DType::F32) {
+    Backend::linear_backward_gelu(dpre, dweight, dbias, dout, inp, weight, pre);
+    return;
+  }
+  matmul_dgelu(dpre, pre, dout, weight, false, /*trans_b=*/true);
+  linear_backward(Tensor(), dweight, dbias, dout, inp, weight);
 }
 
 void CudaBackend::bias_backward(Tensor dbias, Tensor dout) {

@@ -227,6 +227,8 @@ int main(int argc, char** argv) {
               [&] { gpu.matmul(y, h, w_proj, b_c, false, false, false); });
     bench.run("matmul dinp fc = dh x W^T", es * (4 * nc + 4.0 * C * C + nc), 4 * gemm_flops_c,
               [&] { gpu.matmul(y, dh, w_fc, Tensor(), false, true, false); });
+    bench.run("matmul_dgelu dinp proj (DGELU epilogue)", es * (nc + 4.0 * C * C + 8 * nc), 4 * gemm_flops_c,
+              [&] { gpu.matmul_dgelu(dh, h_pre, y, w_proj, false, true); });
     bench.run("matmul dW fc += x^T dh (fp32 acc)", es * (nc + 4 * nc) + 8.0 * 4 * C * C, 4 * gemm_flops_c,
               [&] { gpu.matmul(dw_fc, x, dh, Tensor(), true, false, true); });
     bench.run("matmul lm head (N,C)x(Vp,C)^T", es * (nc + Vp * C + static_cast<double>(N) * Vp),

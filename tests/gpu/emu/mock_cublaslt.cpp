@@ -1,7 +1,8 @@
 // cuBLASLt on the CPU for the emulator (mock/cublasLt.h): the documented matmul semantics —
 // column-major layouts with leading dimensions, TRANSA/TRANSB, alpha/beta with C (C unread when
 // beta is 0), f32/bf16/f16 operands, products in double rounded once to D's type, the BIAS and
-// GELU_AUX_BIAS epilogues — and the argument checks that make the real library refuse a call.
+// GELU_AUX_BIAS epilogues and the DGELU one (the product times the tanh-GELU's derivative at the
+// aux input) — and the argument checks that make the real library refuse a call.
 #include <cblas.h>
 #include <cublasLt.h>
 
@@ -47,6 +48,8 @@ cublasStatus_t read_attribute(const void* buf, size_t size, V* value) {
 }
 
 bool has_bias(uint32_t epilogue) { return epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+// The epilogues with a GELU input matrix: written by GELU_AUX_BIAS, read by DGELU.
+bool has_aux(uint32_t epilogue) { return epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU; }
 
 uint64_t alignment_of(const void* p, uint64_t most) {
   uint64_t a = most;
@@ -77,11 +80,12 @@ cublasStatus_t check_configuration(const EmulatedMatmulDesc* desc, const Emulate
   const uint64_t b_n = desc->trans_b == CUBLAS_OP_N ? b->cols : b->rows;
   if (a_m != m || b_k != k || b_n != n || c->rows != m || c->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
   const uint32_t e = desc->epilogue;
-  if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-    return CUBLAS_STATUS_NOT_SUPPORTED;  // the emulator implements these three only
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+      e != CUBLASLT_EPILOGUE_DGELU)
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // the emulator implements these four only
   // Bias elements have D's type (the exceptions are integer and FP8 kernels).
   if (has_bias(e) && (desc->bias_type == -1 ? d->type : desc->bias_type) != d->type) return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+  if (has_aux(e)) {
     // The GELU input's leading dimension must be a multiple of 8 and at least D's rows.
     if (desc->aux_ld % 8 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (desc->aux_ld < static_cast<int64_t>(m)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -160,6 +164,12 @@ void require_device_range(const void* p, uint64_t rows, uint64_t cols, int64_t l
 double gelu(double x) {
   const double inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
   return 0.5 * x * (1.0 + std::tanh(inner));
+}
+
+double gelu_derivative(double x) {
+  const double inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+  const double t = std::tanh(inner);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 }  // namespace
@@ -318,10 +328,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       return CUBLAS_STATUS_NOT_SUPPORTED;  // less aligned than the algorithm was chosen for
   const uint32_t e = desc->epilogue;
   if (has_bias(e) && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
-  if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && !desc->aux) return CUBLAS_STATUS_INVALID_VALUE;
+  if (has_aux(e) && !desc->aux) return CUBLAS_STATUS_INVALID_VALUE;
   if (has_bias(e) && reinterpret_cast<uintptr_t>(desc->bias) % (algo->data[6] & 0xff) != 0)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && reinterpret_cast<uintptr_t>(desc->aux) % (algo->data[6] >> 8) != 0)
+  if (has_aux(e) && reinterpret_cast<uintptr_t>(desc->aux) % (algo->data[6] >> 8) != 0)
     return CUBLAS_STATUS_NOT_SUPPORTED;
 
   float alpha_f, beta_f;
@@ -333,7 +343,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (beta_f != 0.0f) require_device_range(c, s.m, s.n, c_layout->ld, d_bytes, "C");
   require_device_range(d, s.m, s.n, d_layout->ld, d_bytes, "D");
   if (has_bias(e)) require_device_range(desc->bias, s.m, 1, static_cast<int64_t>(s.m), d_bytes, "the bias");
-  if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) require_device_range(desc->aux, s.m, s.n, desc->aux_ld, d_bytes, "the aux");
+  if (has_aux(e)) require_device_range(desc->aux, s.m, s.n, desc->aux_ld, d_bytes, "the aux");
   if (algo->data[7] > 0 && !in_device_memory(workspace, static_cast<size_t>(algo->data[7])))
     throw EmulationError("cublasLtMatmul: the workspace is not inside one device allocation");
 
@@ -362,6 +372,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
       if (e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         store(desc->aux, d_layout->type, j * static_cast<uint64_t>(desc->aux_ld) + i, v);
         store(d, d_layout->type, j * static_cast<uint64_t>(d_layout->ld) + i, gelu(v));
+      } else if (e == CUBLASLT_EPILOGUE_DGELU) {
+        const double x = load(desc->aux, d_layout->type, j * static_cast<uint64_t>(desc->aux_ld) + i);
+        store(d, d_layout->type, j * static_cast<uint64_t>(d_layout->ld) + i, v * gelu_derivative(x));
       } else {
         store(d, d_layout->type, j * static_cast<uint64_t>(d_layout->ld) + i, v);
       }

@@ -80,3 +80,29 @@ TEST_CASE("emulated GPU: a GELU epilogue cuBLASLt does not offer runs as a bias 
   CHECK(pre.gpu_bytes() == pre_unfused.gpu_bytes());
   CHECK(out.gpu_bytes() == out_unfused.gpu_bytes());
 }
+
+TEST_CASE("emulated GPU: a DGELU epilogue cuBLASLt does not offer runs as a GEMM and the GELU backward kernel") {
+  Mirrored dout({40, 136}, DType::BF16), w({264, 136}, DType::BF16), pre({40, 264}, DType::BF16);
+  Mirrored dpre({40, 264}, DType::BF16), dpre_unfused({40, 264}, DType::BF16);
+  dout.randomize(94, 0.1f);
+  w.randomize(95, 0.05f);
+  pre.randomize(96, 2.0f);
+  mock_cublaslt_refuse_epilogue(CUBLASLT_EPILOGUE_DGELU);
+  CHECK_NOTHROW(gpu().matmul_dgelu(dpre.gpu_tensor, pre.gpu_tensor, dout.gpu_tensor, w.gpu_tensor, false, true));
+  mock_cublaslt_refuse_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
+  gpu().matmul(dpre_unfused.gpu_tensor, dout.gpu_tensor, w.gpu_tensor, Tensor(), false, true, false);
+  gpu().gelu_backward(dpre_unfused.gpu_tensor, dpre_unfused.gpu_tensor, pre.gpu_tensor);
+  CHECK(dpre.gpu_bytes() == dpre_unfused.gpu_bytes());
+  // The refusal is cached with the plan. A shape planned afresh gets the fused epilogue, which
+  // rounds once: close to the unfused result, not the same bits.
+  const auto rows = [](const Mirrored& m, int64_t n) {
+    return Tensor(m.gpu_tensor.data, m.gpu_tensor.dtype, {n, m.gpu_tensor.dim(1)}, m.gpu_tensor.device);
+  };
+  Mirrored dpre_fused({40, 264}, DType::BF16);
+  gpu().matmul_dgelu(rows(dpre_fused, 32), rows(pre, 32), rows(dout, 32), w.gpu_tensor, false, true);
+  const std::vector<float> fused = dpre_fused.gpu_values(), unfused = dpre_unfused.gpu_values();
+  const std::vector<float> fused_rows(fused.begin(), fused.begin() + 32 * 264);
+  const std::vector<float> unfused_rows(unfused.begin(), unfused.begin() + 32 * 264);
+  check_relative(fused_rows, unfused_rows, 1e-2, "fused against unfused dgelu");
+  CHECK(fused_rows != unfused_rows);
+}

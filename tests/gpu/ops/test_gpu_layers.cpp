@@ -315,3 +315,36 @@ TEST_CASE("gpu: linear_gelu_forward fuses in bf16 and stays exact in fp32") {
     }
   }
 }
+
+TEST_CASE("gpu: linear_backward_gelu fuses the GELU gradient in bf16 and stays exact in fp32") {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const int64_t N = 128, C = 64;  // the MLP's projection: (N, 4C) · (4C, C)
+    Mirrored dout({N, C}, dtype), inp({N, 4 * C}, dtype), w({4 * C, C}, dtype), pre({N, 4 * C}, dtype);
+    Mirrored dpre({N, 4 * C}, dtype), dw({4 * C, C}, DType::F32), db({C}, DType::F32);
+    Mirrored dpre2({N, 4 * C}, dtype), dw2({4 * C, C}, DType::F32), db2({C}, DType::F32);
+    dout.randomize(85, 0.1f);
+    pre.randomize(86, 2.0f);
+    inp.randomize(87);
+    w.randomize(88, 0.05f);
+    for (Mirrored* g : {&dw, &dw2}) g->randomize(89, 0.01f);
+    for (Mirrored* g : {&db, &db2}) g->randomize(90, 0.01f);
+    cpu().linear_backward_gelu(dpre.cpu_tensor, dw.cpu_tensor, db.cpu_tensor, dout.cpu_tensor, inp.cpu_tensor,
+                               w.cpu_tensor, pre.cpu_tensor);
+    gpu().linear_backward_gelu(dpre.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
+                               w.gpu_tensor, pre.gpu_tensor);
+    const std::string what = dtype_name(dtype);
+    check_relative(dpre.gpu_values(), dpre.cpu_values(), tolerance(dtype), "linear_backward_gelu dpre " + what);
+    check_relative(dw.gpu_values(), dw.cpu_values(), tolerance(dtype), "linear_backward_gelu dweight " + what);
+    check_relative(db.gpu_values(), db.cpu_values(), tolerance(dtype), "linear_backward_gelu dbias " + what);
+    // The weight and bias gradients are linear_backward's, bit for bit; in fp32 so is dpre
+    // (the unfused ops: matmul then gelu_backward).
+    gpu().linear_backward(dpre2.gpu_tensor, dw2.gpu_tensor, db2.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
+                          w.gpu_tensor);
+    CHECK(dw2.gpu_bytes() == dw.gpu_bytes());
+    CHECK(db2.gpu_bytes() == db.gpu_bytes());
+    if (dtype == DType::F32) {
+      gpu().gelu_backward(dpre2.gpu_tensor, dpre2.gpu_tensor, pre.gpu_tensor);
+      CHECK(dpre2.gpu_bytes() == dpre.gpu_bytes());
+    }
+  }
+}
