@@ -86,7 +86,6 @@ class Trainer {
   void report_device_memory();
   void describe_devices();
   bool agree_to_stop();
-  static std::string stop_reason();
   void reset_traffic();
   nlohmann::json traffic();
 
@@ -295,11 +294,6 @@ bool Trainer::agree_to_stop() {
   return flag > 0.0f;
 }
 
-std::string Trainer::stop_reason() {
-  if (stop_signal() != 0) return fmt::format("signal {} received", stop_signal());
-  return "a stop signal reached another rank";
-}
-
 int Trainer::run() {
   const int64_t total = cfg_.train.iters;
   log_info("model: {} layers, {} heads, d_model {}, vocab {} (padded {}), seq_len {}: {} parameters", dims_.n_layer,
@@ -319,10 +313,9 @@ int Trainer::run() {
     log_info("nothing to do: the checkpoint is at step {} and train.iters is {}", state_.step, total);
     return 0;
   }
-  if (agree_to_stop()) {  // nothing has changed since start-up, so there is nothing to save
-    log_info("{} before the first step: stopping", stop_reason());
-    return 0;
-  }
+  // Only from here on is a stop signal deferred to a step boundary: during set-up (which may
+  // wait minutes on a checkpoint, or on a peer that failed) it ends the process at once.
+  install_stop_signal_handlers();
   const Timer run_timer;
   const int64_t first_step = state_.step;
   bool saved_last = false;
@@ -351,7 +344,11 @@ int Trainer::run() {
       saved_last = true;
     }
     if (agree_to_stop()) {
-      log_info("{}: stopping after step {}", stop_reason(), state_.step);
+      if (stop_signal() != 0) {
+        log_info("signal {} received: stopping after step {}", stop_signal(), state_.step);
+      } else {
+        log_info("a stop signal reached another rank: stopping after step {}", state_.step);
+      }
       if (!cfg_.checkpoint.dir.empty() && !saved_last) save(state_.step);
       return 0;
     }
@@ -366,9 +363,6 @@ int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
   Config cfg = load_config_file(options.config_path, options.overrides, mpi.world_size());
   check_runnable(cfg, mpi.world_size(), !options.dump_grads_path.empty());
   limit_blas_threads(mpi);
-  // From here on a stop signal is honoured at a step boundary, so one sent while the model
-  // and data are being set up (which can take minutes) is not lost.
-  install_stop_signal_handlers();
   if (mpi.world_rank() == 0) {
     log_info("strata {} | {} rank(s) | config {}", STRATA_VERSION, mpi.world_size(), options.config_path);
     log_info("resolved config:\n{}{}", config_to_yaml(cfg), derived_to_yaml(cfg));
