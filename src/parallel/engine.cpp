@@ -195,20 +195,24 @@ void Engine::begin_step(int micro_batches) {
   times_ = EngineTimes();
   micro_batches_ = micro_batches;
   micro_index_ = 0;
+  const Timer t;  // clearing the gradient buffers counts as backward work
   switch (settings_.zero_stage) {
     case 0:
     case 1: model_->zero_grads(); break;
     case 2: backend_.zero(grad_shard_.view(0, DType::F32, {partition_->shard_numel()})); break;
     default: sharded_store_->begin_step(); break;
   }
+  times_.backward += phase_seconds(t);
 }
 
 float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
   if (micro_index_ >= micro_batches_) throw std::logic_error("Engine::micro_step: more micro-batches than announced");
   const bool last = micro_index_ + 1 == micro_batches_;
   if (settings_.zero_stage == 2) {
+    const Timer t;  // the previous micro-batch's gradient handling: backward work
     wait_reductions();  // the previous micro-batch's reduce-scatter reads the buffer we are about to clear
     model_->zero_grads();
+    times_.backward += phase_seconds(t);
   }
   // Stages 0-1 reduce once per step (after the last micro-batch); stage 2 after every one.
   reducing_ = settings_.zero_stage == 2 || (settings_.zero_stage < 2 && last);

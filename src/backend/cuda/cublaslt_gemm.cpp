@@ -210,8 +210,10 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmKey& key, const GemmPointers& p
   plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan->found) plan->algo = result.algo;
   if (!plan->found && uses_aux(p.epilogue)) {
-    log_warn("cuBLASLt offers no GELU epilogue for the GEMM {} (status {}): a GELU kernel follows it instead",
-             describe(p), static_cast<int>(status));
+    const bool forward = p.epilogue == GemmEpilogue::GeluBias;
+    log_warn("cuBLASLt offers no {} epilogue for the GEMM {} (status {}): a {} kernel follows it instead",
+             forward ? "GELU" : "GELU-gradient", describe(p), static_cast<int>(status),
+             forward ? "GELU" : "GELU backward");
   }
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
@@ -250,6 +252,7 @@ void GemmRunner::run_dgelu_unfused(const GemmProblem& problem, const GemmPointer
 void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
   const bool gelu = uses_aux(problem.epilogue);
   auto run_unfused = [&] {
+    ++unfused_gelu_gemms_;
     if (problem.epilogue == GemmEpilogue::GeluBias) {
       run_gelu_unfused(problem, ptrs);
     } else {

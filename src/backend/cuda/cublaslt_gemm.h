@@ -92,6 +92,9 @@ class GemmRunner {
   void run(const GemmProblem& problem, const GemmPointers& ptrs);
   void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
   size_t cached_plans() const { return plans_.size(); }
+  // GELU and DGELU epilogue GEMMs run unfused so far (a shape the epilogue cannot take, or no
+  // algorithm offered): the fused path's absence shows here, not in the results.
+  size_t unfused_gelu_gemms() const { return unfused_gelu_gemms_; }
 
  private:
   struct Plan;
@@ -109,6 +112,7 @@ class GemmRunner {
   size_t workspace_bytes_ = 0;
   bool allow_tf32_ = false;
   std::unordered_map<GemmKey, std::unique_ptr<Plan>, GemmKeyHash> plans_;
+  size_t unfused_gelu_gemms_ = 0;
 };
 
 }  // namespace strata::cuda

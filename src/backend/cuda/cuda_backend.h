@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
   // fp32 GEMMs may use TF32 tensor cores (off by default: exact fp32 like the CPU reference).
   void set_allow_tf32(bool allow);
   size_t gemm_plans_cached() const;
+  size_t unfused_gelu_gemms() const;  // GELU-epilogue GEMMs that ran unfused (GemmRunner)
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_index_; }
   void synchronize() override;

@@ -221,14 +221,22 @@ int main(int argc, char** argv) {
               [&] { gpu.matmul(qkv, x, w_qkv, b_qkv, false, false, false); });
     bench.run("matmul fc (N,C)x(C,4C)+b", es * (nc + 4.0 * C * C + 4 * nc), 4 * gemm_flops_c,
               [&] { gpu.matmul(h, x, w_fc, b_fc, false, false, false); });
-    bench.run("matmul_gelu fc (GELU epilogue)", es * (nc + 4.0 * C * C + 8 * nc), 4 * gemm_flops_c,
-              [&] { gpu.matmul_gelu(h, h_pre, x, w_fc, b_fc, false, false); });
+    // Whether cuBLASLt took a GELU epilogue for these shapes, from one untimed call.
+    const auto epilogue_taken = [&](const std::function<void()>& call) {
+      const size_t before = gpu.unfused_gelu_gemms();
+      call();
+      return gpu.unfused_gelu_gemms() == before ? std::string(" [fused]") : std::string(" [unfused: refused]");
+    };
+    const auto gelu_fc = [&] { gpu.matmul_gelu(h, h_pre, x, w_fc, b_fc, false, false); };
+    bench.run("matmul_gelu fc (GELU epilogue)" + epilogue_taken(gelu_fc), es * (nc + 4.0 * C * C + 8 * nc),
+              4 * gemm_flops_c, gelu_fc);
     bench.run("matmul fc proj (N,4C)x(4C,C)+b", es * (4 * nc + 4.0 * C * C + nc), 4 * gemm_flops_c,
               [&] { gpu.matmul(y, h, w_proj, b_c, false, false, false); });
     bench.run("matmul dinp fc = dh x W^T", es * (4 * nc + 4.0 * C * C + nc), 4 * gemm_flops_c,
               [&] { gpu.matmul(y, dh, w_fc, Tensor(), false, true, false); });
-    bench.run("matmul_dgelu dinp proj (DGELU epilogue)", es * (nc + 4.0 * C * C + 8 * nc), 4 * gemm_flops_c,
-              [&] { gpu.matmul_dgelu(dh, h_pre, y, w_proj, false, true); });
+    const auto dgelu_proj = [&] { gpu.matmul_dgelu(dh, h_pre, y, w_proj, false, true); };
+    bench.run("matmul_dgelu dinp proj (DGELU epilogue)" + epilogue_taken(dgelu_proj),
+              es * (nc + 4.0 * C * C + 8 * nc), 4 * gemm_flops_c, dgelu_proj);
     bench.run("matmul dW fc += x^T dh (fp32 acc)", es * (nc + 4 * nc) + 8.0 * 4 * C * C, 4 * gemm_flops_c,
               [&] { gpu.matmul(dw_fc, x, dh, Tensor(), true, false, true); });
     bench.run("matmul lm head (N,C)x(Vp,C)^T", es * (nc + Vp * C + static_cast<double>(N) * Vp),

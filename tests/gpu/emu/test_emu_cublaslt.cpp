@@ -106,3 +106,19 @@ TEST_CASE("emulated GPU: a DGELU epilogue cuBLASLt does not offer runs as a GEMM
   check_relative(fused_rows, unfused_rows, 1e-2, "fused against unfused dgelu");
   CHECK(fused_rows != unfused_rows);
 }
+
+TEST_CASE("emulated GPU: the MLP's GELU and GELU-gradient GEMMs take the fused epilogues in bf16") {
+  // GPT-2-like widths (C 64, 4C 256) whose plans the library (here, the mock) offers: nothing
+  // may fall back, or the plumbing of the epilogue attributes is wrong.
+  const int64_t N = 48, C = 64;
+  Mirrored x({N, C}, DType::BF16), w_fc({C, 4 * C}, DType::BF16), b_fc({4 * C}, DType::BF16);
+  Mirrored pre({N, 4 * C}, DType::BF16), h({N, 4 * C}, DType::BF16), dh({N, 4 * C}, DType::BF16);
+  Mirrored w_proj({4 * C, C}, DType::BF16), dout({N, C}, DType::BF16);
+  Mirrored dw({4 * C, C}, DType::F32), db({C}, DType::F32);
+  for (Mirrored* m : {&x, &w_fc, &b_fc, &w_proj, &dout}) m->randomize(97, 0.1f);
+  const size_t unfused_before = gpu().unfused_gelu_gemms();
+  gpu().linear_gelu_forward(h.gpu_tensor, pre.gpu_tensor, x.gpu_tensor, w_fc.gpu_tensor, b_fc.gpu_tensor);
+  gpu().linear_backward_gelu(dh.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, h.gpu_tensor,
+                             w_proj.gpu_tensor, pre.gpu_tensor);
+  CHECK(gpu().unfused_gelu_gemms() == unfused_before);
+}
