@@ -343,6 +343,7 @@ StepOutcome Engine::apply(double lr) {
     // One multiplier unscales and clips; the scale is a power of two, so nothing is lost.
     // Under mixed precision the update also writes the working copy; elements no range covers
     // (padding) are zero in both copies from the start.
+    if (sharded_store_) sharded_store_->wait_gathers();
     optimizer_->step(params, grads, static_cast<float>(lr), static_cast<float>(clip / out.loss_scale),
                      working_copy_of_master());
     refresh_working_params(mixed());

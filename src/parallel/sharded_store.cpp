@@ -190,10 +190,18 @@ void ShardedParamStore::finish_reductions() {
   }
 }
 
-void ShardedParamStore::invalidate_params(bool working_current) {
+void ShardedParamStore::wait_gathers() {
   for (auto* pool : {&embed_params_, &layer_params_}) {
     for (Slot& s : *pool) {
       if (s.pending) timed_wait(s.pending);
+    }
+  }
+}
+
+void ShardedParamStore::invalidate_params(bool working_current) {
+  wait_gathers();
+  for (auto* pool : {&embed_params_, &layer_params_}) {
+    for (Slot& s : *pool) {
       s.group = -1;
       s.in_use = false;
     }

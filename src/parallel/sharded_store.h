@@ -33,6 +33,9 @@ class ShardedParamStore final : public ParamStore {
   // (they are stale) and, under mixed precision, rounds the master shard into the working shard
   // unless the caller has already written it (working_current: the optimizer's fused copy).
   void invalidate_params(bool working_current = false);
+  // Waits for every parameter gather in flight: they read the working shard, which the
+  // optimizer's fused update is about to overwrite.
+  void wait_gathers();
   // Mixed precision: the working shard, laid out like params(); undefined in fp32.
   Tensor working_params() const {
     return mixed() ? work_params_.view(0, work_dtype_, {shard_numel_}) : Tensor();
