@@ -148,22 +148,13 @@ Tensor Engine::working_copy_of_master() const {
 }
 
 void Engine::refresh_working_params(bool working_current) {
-  if (sharded_store_) {
-    sharded_store_->invalidate_params(working_current);
-    return;
-  }
+  if (sharded_store_) sharded_store_->invalidate_params();  // before the cast: gathers read the working shard
+  // Padding is zero in both copies from the start, so the unpadded layout is all there is to round.
+  if (mixed() && !working_current) backend_.cast(master_params(), working_copy_of_master());
+  // Stage 0 (fp32: the model's flat parameters are the master) and stage 3 are current now;
+  // stages 1-2 gather the owned shards into every rank's full copy.
+  if (sharded_store_ || settings_.zero_stage == 0) return;
   const DType work = settings_.precision;
-  if (settings_.zero_stage == 0) {
-    // fp32: the model's flat parameters are the master; nothing to refresh.
-    if (mixed() && !working_current) {
-      backend_.cast(master_.view(0, DType::F32, {flat_store_->capacity()}), flat_store_->padded_params());
-    }
-    return;
-  }
-  const int64_t shard = partition_->shard_numel();
-  if (mixed() && !working_current) {
-    backend_.cast(param_shard_.view(0, DType::F32, {shard}), work_shard_.view(0, work, {shard}));
-  }
   const Buffer& source = mixed() ? work_shard_ : param_shard_;
   const Tensor flat = flat_store_->padded_params();
   std::vector<CommHandle> gathers;

@@ -198,7 +198,7 @@ void ShardedParamStore::wait_gathers() {
   }
 }
 
-void ShardedParamStore::invalidate_params(bool working_current) {
+void ShardedParamStore::invalidate_params() {
   wait_gathers();
   for (auto* pool : {&embed_params_, &layer_params_}) {
     for (Slot& s : *pool) {
@@ -206,7 +206,6 @@ void ShardedParamStore::invalidate_params(bool working_current) {
       s.in_use = false;
     }
   }
-  if (mixed() && !working_current) backend_.cast(params(), working_params());
 }
 
 }  // namespace strata

@@ -29,10 +29,9 @@ class ShardedParamStore final : public ParamStore {
   void begin_step();
   // Waits for every gradient reduction in flight and accumulates it.
   void finish_reductions();
-  // To call after params() changed (optimizer step, init, load): drops gathered parameters
-  // (they are stale) and, under mixed precision, rounds the master shard into the working shard
-  // unless the caller has already written it (working_current: the optimizer's fused copy).
-  void invalidate_params(bool working_current = false);
+  // To call after params() changed (optimizer step, init, load), before the working shard is
+  // rewritten from it: waits for gathers in flight and drops gathered parameters (now stale).
+  void invalidate_params();
   // Waits for every parameter gather in flight: they read the working shard, which the
   // optimizer's fused update is about to overwrite.
   void wait_gathers();

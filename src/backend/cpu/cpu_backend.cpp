@@ -197,13 +197,6 @@ void CpuBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor 
           "param " + param.shape_string() + ", grad " + grad.shape_string() + ", exp_avg " +
               exp_avg.shape_string() + ", exp_avg_sq " + exp_avg_sq.shape_string() +
               (param_copy.defined() ? ", param_copy " + param_copy.shape_string() : std::string()));
-  adamw_update_in_place(param, grad, exp_avg, exp_avg_sq, args);
-  if (param_copy.defined()) cast(param, param_copy);
-}
-
-void CpuBackend::adamw_update_in_place(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                                       const AdamWArgs& args) {
-  const int64_t n = param.numel();
   require(args.bias_correction1 > 0 && args.bias_correction2 > 0, "adamw_update",
           "bias corrections must be positive (1 − β^t with t ≥ 1)");
   // torch computes these scalars in double (Python floats) and hands them to fp32 kernels.
@@ -218,25 +211,28 @@ void CpuBackend::adamw_update_in_place(Tensor param, Tensor grad, Tensor exp_avg
   const float eps = static_cast<float>(args.eps);
   const float grad_scale = static_cast<float>(args.grad_scale);
 
-  Fp32Span p(param, Access::ReadWrite), g(grad, Access::Read);
-  Fp32Span m(exp_avg, Access::ReadWrite), v(exp_avg_sq, Access::ReadWrite);
-  for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i] * grad_scale;
-    float pi = p[i];
-    if (args.decoupled) {
-      pi = pi * decay;                  // param.mul_(1 − lr·wd)
-    } else {
-      gi = std::fma(pi, l2, gi);        // grad.add(param, alpha=wd)
+  {  // the spans write param back when they close, before the copy below reads it
+    Fp32Span p(param, Access::ReadWrite), g(grad, Access::Read);
+    Fp32Span m(exp_avg, Access::ReadWrite), v(exp_avg_sq, Access::ReadWrite);
+    for (int64_t i = 0; i < n; ++i) {
+      float gi = g[i] * grad_scale;
+      float pi = p[i];
+      if (args.decoupled) {
+        pi = pi * decay;                  // param.mul_(1 − lr·wd)
+      } else {
+        gi = std::fma(pi, l2, gi);        // grad.add(param, alpha=wd)
+      }
+      // torch's CPU kernels for add_(alpha) and addcmul_ are compiled with FMA contraction,
+      // so the fused forms below are what torch.optim actually computes (bit for bit).
+      const float mi = std::fma(gi, one_minus_beta1, m[i] * beta1);        // exp_avg.mul_(β1).add_(g, alpha=1 − β1)
+      const float vi = std::fma(one_minus_beta2 * gi, gi, v[i] * beta2);  // exp_avg_sq.mul_(β2).addcmul_(g, g, value=1 − β2)
+      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+      p[i] = pi + -step_size * mi / denom;  // param.addcdiv_(exp_avg, denom, value=−step_size)
+      m[i] = mi;
+      v[i] = vi;
     }
-    // torch's CPU kernels for add_(alpha) and addcmul_ are compiled with FMA contraction,
-    // so the fused forms below are what torch.optim actually computes (bit for bit).
-    const float mi = std::fma(gi, one_minus_beta1, m[i] * beta1);        // exp_avg.mul_(β1).add_(g, alpha=1 − β1)
-    const float vi = std::fma(one_minus_beta2 * gi, gi, v[i] * beta2);  // exp_avg_sq.mul_(β2).addcmul_(g, g, value=1 − β2)
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    p[i] = pi + -step_size * mi / denom;  // param.addcdiv_(exp_avg, denom, value=−step_size)
-    m[i] = mi;
-    v[i] = vi;
   }
+  if (param_copy.defined()) cast(param, param_copy);
 }
 
 }  // namespace cpu

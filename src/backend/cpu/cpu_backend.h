@@ -52,8 +52,6 @@ class CpuBackend final : public Backend {
                     const AdamWArgs& args) override;
 
  private:
-  // adamw_update without the copy: the spans write param back when they close, before the cast.
-  void adamw_update_in_place(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWArgs& args);
   // One (batch, head) of attention in double: T×T scores and their gradient, and the (T, hs)
   // head slices; grown on demand.
   std::vector<double> scores_;

@@ -230,43 +230,35 @@ GemmKey GemmRunner::key_of(const GemmProblem& problem, const GemmPointers& ptrs)
   return key;
 }
 
+// GeluBias: a bias GEMM into pre_gelu, then the GELU kernel into out. DGelu: a plain GEMM into
+// out, then the GELU backward kernel on it in place.
 void GemmRunner::run_gelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs) {
-  GemmProblem biased = problem;
-  biased.epilogue = GemmEpilogue::Bias;
-  GemmPointers into_pre = ptrs;
-  into_pre.out = ptrs.pre_gelu;
-  into_pre.pre_gelu = nullptr;
-  run(biased, into_pre);
-  CUDA_CHECK(cuda::gelu_forward(ptrs.out, ptrs.pre_gelu, problem.out_type, problem.m * problem.n, stream_));
-}
-
-void GemmRunner::run_dgelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs) {
-  GemmProblem plain = problem;
-  plain.epilogue = GemmEpilogue::None;
-  GemmPointers product = ptrs;
-  product.pre_gelu = nullptr;
-  run(plain, product);
-  CUDA_CHECK(cuda::gelu_backward(ptrs.out, ptrs.out, ptrs.pre_gelu, problem.out_type, problem.m * problem.n, stream_));
+  ++unfused_gelu_gemms_;
+  const bool forward = problem.epilogue == GemmEpilogue::GeluBias;
+  GemmProblem product = problem;
+  product.epilogue = forward ? GemmEpilogue::Bias : GemmEpilogue::None;
+  GemmPointers product_ptrs = ptrs;
+  if (forward) product_ptrs.out = ptrs.pre_gelu;
+  product_ptrs.pre_gelu = nullptr;
+  run(product, product_ptrs);
+  const int64_t n = problem.m * problem.n;
+  if (forward) {
+    CUDA_CHECK(cuda::gelu_forward(ptrs.out, ptrs.pre_gelu, problem.out_type, n, stream_));
+  } else {
+    CUDA_CHECK(cuda::gelu_backward(ptrs.out, ptrs.out, ptrs.pre_gelu, problem.out_type, n, stream_));
+  }
 }
 
 void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
   const bool gelu = uses_aux(problem.epilogue);
-  auto run_unfused = [&] {
-    ++unfused_gelu_gemms_;
-    if (problem.epilogue == GemmEpilogue::GeluBias) {
-      run_gelu_unfused(problem, ptrs);
-    } else {
-      run_dgelu_unfused(problem, ptrs);
-    }
-  };
   if (gelu && !gelu_epilogue_fusable(problem)) {
-    run_unfused();
+    run_gelu_unfused(problem, ptrs);
     return;
   }
   Plan& plan = plan_for(key_of(problem, ptrs), ptrs);
   if (!plan.found) {
     if (gelu) {
-      run_unfused();
+      run_gelu_unfused(problem, ptrs);
       return;
     }
     throw std::runtime_error("cuBLASLt has no algorithm for the GEMM " + describe(problem) + " (status " +

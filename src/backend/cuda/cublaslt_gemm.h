@@ -104,7 +104,6 @@ class GemmRunner {
   GemmKey key_of(const GemmProblem& problem, const GemmPointers& ptrs) const;
   void launch(Plan& plan, const GemmProblem& problem, const GemmPointers& ptrs);
   void run_gelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs);
-  void run_dgelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
