@@ -16,16 +16,18 @@ namespace {
 
 using strata::log_error;
 
-int report_user_error(const strata::UserError& e) {
-  // Every rank sees the same user error (same config, same files); one copy is enough.
-  if (strata::process_rank() <= 0) {
-    if (auto* many = dynamic_cast<const strata::UserErrors*>(&e)) {
-      log_error("{} problem{} found:", many->errors().size(), many->errors().size() == 1 ? "" : "s");
-      for (const auto& line : many->errors()) log_error("  {}", line);
-    } else {
-      log_error("{}", e.what());
-    }
+int report_user_error(const strata::UserError& e, int world_size) {
+  // An error every rank raised is reported once; one raised here alone is reported here, and
+  // the job ends with it, since the other ranks may be waiting for this one in a collective.
+  const bool every_rank = world_size <= 1 || e.raised_on() == strata::RaisedOn::EveryRank;
+  if (every_rank && strata::process_rank() > 0) return strata::kExitUserError;
+  if (auto* many = dynamic_cast<const strata::UserErrors*>(&e)) {
+    log_error("{} problem{} found:", many->errors().size(), many->errors().size() == 1 ? "" : "s");
+    for (const auto& line : many->errors()) log_error("  {}", line);
+  } else {
+    log_error("{}", e.what());
   }
+  if (!every_rank) strata::abort_job(strata::kExitUserError);
   return strata::kExitUserError;
 }
 
@@ -119,7 +121,7 @@ int main(int argc, char** argv) {
     if (comm_check_cmd->parsed()) return strata::run_comm_check(*mpi, comm_check_options);
     if (train_cmd->parsed()) return strata::run_train(*mpi, train_options);
   } catch (const strata::UserError& e) {
-    return report_user_error(e);
+    return report_user_error(e, mpi ? mpi->world_size() : 1);
   } catch (const std::exception& e) {
     log_error("internal error: {}", e.what());
     if (mpi && mpi->world_size() > 1) strata::abort_job(strata::kExitInternalError);

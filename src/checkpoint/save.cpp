@@ -329,7 +329,13 @@ std::string save_checkpoint(const std::string& root, int64_t step, const SaveCon
     }
   }
   barrier();
-  if (error) std::rethrow_exception(error);
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const UserError& e) {
+      rethrow_on_every_rank(e);  // each rank throws here, rank 0 with the cause
+    }
+  }
   if (!leader && !save_confirmed(final_dir, context.rank, checksum)) {
     throw UserError("checkpoint save of step " + std::to_string(step) + " to " + root +
                     " failed (rank 0 reports the cause)");

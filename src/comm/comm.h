@@ -38,6 +38,14 @@ class MpiRuntime {
   MPI_Comm node_comm_ = MPI_COMM_NULL;
 };
 
+// Collective over the world: runs `step` (set-up that a rank does on its own: opening files,
+// choosing a device) and then agrees on the outcome. A UserError on some ranks only becomes a
+// UserError on every rank, naming `what`, the ranks that failed and the first one's host and
+// message, rather than leaving the other ranks blocked in their next collective. When every
+// rank fails, each rethrows its own error (main reports rank 0's). Other exceptions pass
+// through untouched (main aborts the job for them).
+void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const std::function<void()>& step);
+
 // The DP × PP × TP grid. Rank order: TP fastest, then DP, then PP:
 // rank = (pp * DP + dp) * TP + tp.
 struct GridCoord {

@@ -43,7 +43,8 @@ Topology::Topology(const MpiRuntime& mpi, const GridShape& shape, CommBackendKin
         fmt::format("parallel layout DP {} × PP {} × TP {} = {} ranks, but the job has {}: choose "
                     "tensor_model_parallel_size × pipeline_model_parallel_size dividing the world size "
                     "(DP is the quotient) or start a matching number of ranks",
-                    shape.dp, shape.pp, shape.tp, shape.world(), mpi.world_size()));
+                    shape.dp, shape.pp, shape.tp, shape.world(), mpi.world_size()),
+        RaisedOn::EveryRank);  // the same shape and job on every rank
   coord_ = grid_coord(shape, world_rank_);
   const GridCoord c = coord_;
   impl_->world = split_group(0, world_rank_, CommBackendKind::Mpi, access, "world");

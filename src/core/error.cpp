@@ -13,7 +13,12 @@ std::string join_errors(const std::vector<std::string>& errors) {
 }
 }  // namespace
 
-UserErrors::UserErrors(std::vector<std::string> errors)
-    : UserError(join_errors(errors)), errors_(std::move(errors)) {}
+UserErrors::UserErrors(std::vector<std::string> errors, RaisedOn raised_on)
+    : UserError(join_errors(errors), raised_on), errors_(std::move(errors)) {}
+
+void rethrow_on_every_rank(const UserError& e) {
+  if (const auto* many = dynamic_cast<const UserErrors*>(&e)) throw UserErrors(many->errors(), RaisedOn::EveryRank);
+  throw UserError(e.what(), RaisedOn::EveryRank);
+}
 
 }  // namespace strata

@@ -1,11 +1,14 @@
 // Choosing where a rank trains: the backend for `device` (auto, cpu, cuda; one GPU per rank by
 // local rank), the communicator kind for `comm.backend` (NCCL needs a GPU of its own per rank),
-// and the access that lets MPI communicators carry device tensors.
+// and the access that lets MPI communicators carry device tensors; then the agreement of all
+// ranks on both, since nodes may differ.
 #include <fmt/core.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "core/core.h"
 #include "train/train_internal.h"
 
 namespace strata {
@@ -86,6 +89,37 @@ TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi) {
     out.access = std::move(access);
   }
   return out;
+}
+
+CommBackendKind agree_on_devices(const MpiRuntime& mpi, const Config& cfg, TrainingDevice& device) {
+  const int size = mpi.world_size();
+  if (size == 1) return device.comm;
+  const int mine[2] = {static_cast<int>(device.backend->device()), device.comm == CommBackendKind::Nccl ? 1 : 0};
+  std::vector<int> all(static_cast<size_t>(2 * size));
+  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, mpi.world()));
+  const auto device_of = [&](int r) { return static_cast<Device>(all[static_cast<size_t>(2 * r)]); };
+  int differs = 1;
+  while (differs < size && device_of(differs) == device_of(0)) ++differs;
+  if (differs < size) {
+    // Every rank sees the same table, so every rank throws the same error.
+    throw UserError(fmt::format(
+        "device: {}: ranks would train on different devices (rank 0: {}, rank {}: {}); every rank must use the same "
+        "kind: check that every node's GPUs are visible (nvidia-smi), or set device: cpu",
+        to_string(cfg.device), device_name(device_of(0)), differs, device_name(device_of(differs))),
+        RaisedOn::EveryRank);
+  }
+  int nccl_ranks = 0;
+  for (int r = 0; r < size; ++r) nccl_ranks += all[static_cast<size_t>(2 * r + 1)];
+  if (nccl_ranks != 0 && nccl_ranks != size) {
+    // Only comm.backend: auto can differ here (nccl is checked on each rank): some ranks share a
+    // GPU or lack NCCL, and communicators must be of one kind, so every rank takes MPI.
+    if (mpi.world_rank() == 0) {
+      log_warn("comm.backend: auto: {} of {} ranks cannot use NCCL (they share a GPU); every rank communicates "
+               "through MPI instead", size - nccl_ranks, size);
+    }
+    device.comm = CommBackendKind::Mpi;
+  }
+  return device.comm;
 }
 
 }  // namespace strata

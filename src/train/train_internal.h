@@ -31,6 +31,10 @@ struct TrainingDevice {
 // STRATA_SIMULATE_DEVICE=1 (with device cpu or auto) picks the guarded CPU backend. Throws
 // UserError for an impossible combination (nccl without a GPU per rank, cuda without a GPU).
 TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi);
+// Collective over the world, after every rank made its TrainingDevice: ranks on different kinds
+// of device are a UserError on every rank; under comm.backend: auto, when some ranks cannot use
+// NCCL (they share a GPU), every rank switches to MPI. Returns the communicator kind.
+CommBackendKind agree_on_devices(const MpiRuntime& mpi, const Config& cfg, TrainingDevice& device);
 
 GptDims gpt_dims_from_config(const Config& cfg);
 LrScheduleSettings lr_schedule_from_config(const Config& cfg);
@@ -53,11 +57,12 @@ nlohmann::json model_meta(const GptDims& dims);
 // Collective over all ranks: each writes the state its engine owns.
 std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Engine& engine,
                                      const SaveContext& context);
-// Loads parameters and optimizer state into the engine laid out as now (any DP size and ZeRO
-// stage may have saved them), re-derives its working copy and, for an fp16 run, restores the
-// loss scaler when the checkpoint has one; returns the loop state. Collective over the DP
-// group. Throws UserError when the checkpoint's model does not match.
-LoopState load_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank);
+// Reads parameters and optimizer state into the engine laid out as now (any DP size and ZeRO
+// stage may have saved them) and, for an fp16 run, restores the loss scaler when the checkpoint
+// has one; returns the loop state. Rank-local (no collective): every rank then calls
+// engine.params_loaded(), which re-derives the working copy collectively. Throws UserError when
+// the checkpoint is missing, damaged or of another model.
+LoopState read_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank);
 // Writes grads with HF names (wte cut to vocab_size rows) to a safetensors file, divided by
 // the loss scale they carry (fp16) so that they are the true gradients.
 void dump_gradients(const std::string& path, Gpt& model, double loss_scale);

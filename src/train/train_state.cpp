@@ -92,7 +92,7 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
   return dir;
 }
 
-LoopState load_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank) {
+LoopState read_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank) {
   const CheckpointReader reader = CheckpointReader::open(path, source_key);
   const nlohmann::json& meta = reader.global_meta();
   const GptDims& dims = engine.model().dims();
@@ -119,7 +119,6 @@ LoopState load_training_checkpoint(const std::string& path, const std::string& s
       }
     }
   }
-  engine.params_loaded();
   LoopState state;
   state.step = meta.at("step").get<int64_t>();
   state.scheduler_iteration = meta.at("scheduler_iteration").get<int64_t>();

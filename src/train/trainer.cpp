@@ -49,35 +49,65 @@ std::string precision_text(DType precision) {
   }
 }
 
+// What a rank sets up on its own, before any collective: its device, the data shards and
+// their sequence order, and (rank 0) the metrics file.
+struct RankSetup {
+  RankSetup(const Config& cfg, const MpiRuntime& mpi, int vocab_size, int seq_len)
+      : device(make_training_device(cfg, mpi)),
+        train_data(TokenDataset::open(cfg.data.train, vocab_size, "data.train")),
+        sampler(train_data, seq_len, cfg.data.shuffle, static_cast<uint64_t>(cfg.train.seed)) {
+    if (!cfg.data.val.empty()) {
+      val_data = TokenDataset::open(cfg.data.val, vocab_size, "data.val");
+      GlobalSampler(*val_data, seq_len, false, 0);  // evaluation needs a sequence: say so now, not at the first eval
+    }
+    if (!cfg.logging.metrics_file.empty() && mpi.world_rank() == 0) metrics = MetricsWriter(cfg.logging.metrics_file);
+  }
+  TrainingDevice device;
+  TokenDataset train_data;
+  GlobalSampler sampler;
+  std::optional<TokenDataset> val_data;
+  MetricsWriter metrics;
+};
+
+// T built from args on every rank under agree_on_user_errors.
+template <typename T, typename... Args>
+std::unique_ptr<T> make_agreed(const MpiRuntime& mpi, const std::string& what, Args&&... args) {
+  std::unique_ptr<T> made;
+  agree_on_user_errors(mpi, what, [&] { made = std::make_unique<T>(std::forward<Args>(args)...); });
+  return made;
+}
+
 class Trainer {
  public:
   Trainer(const MpiRuntime& mpi, Config cfg, TrainOptions options)
-      : mpi_(mpi), cfg_(std::move(cfg)), options_(std::move(options)),
-        device_(make_training_device(cfg_, mpi)),
+      : mpi_(mpi), cfg_(std::move(cfg)), options_(std::move(options)), dims_(gpt_dims_from_config(cfg_)),
+        setup_(make_agreed<RankSetup>(mpi, "setting up devices and data", cfg_, mpi, dims_.vocab_size, dims_.seq_len)),
+        device_(setup_->device),
         backend_(*device_.backend),
-        dims_(gpt_dims_from_config(cfg_)),
-        topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size}, device_.comm,
-                  device_.access ? &*device_.access : nullptr),
-        train_data_(TokenDataset::open(cfg_.data.train, dims_.vocab_size, "data.train")),
-        engine_(backend_, topology_.dp(), topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
-                engine_settings_from_config(cfg_)),
+        topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size},
+                  agree_on_devices(mpi, cfg_, device_), device_.access ? &*device_.access : nullptr),
+        train_data_(setup_->train_data),
+        val_data_(setup_->val_data),
+        metrics_(setup_->metrics),
+        engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_, topology_.dp(),
+                                          topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
+                                          engine_settings_from_config(cfg_))),
+        engine_(*engine_owner_),
         schedule_(lr_schedule_from_config(cfg_)) {
-    if (!cfg_.data.val.empty()) val_data_ = TokenDataset::open(cfg_.data.val, dims_.vocab_size, "data.val");
-    sampler_.emplace(train_data_, dims_.seq_len, cfg_.data.shuffle, static_cast<uint64_t>(cfg_.train.seed));
     BatchLayout layout;
     layout.micro_batch = cfg_.derived.micro_batch;
     layout.grad_accum = cfg_.derived.grad_accum;
     layout.dp_size = cfg_.derived.dp_size;
     layout.dp_rank = topology_.coord().dp;
     layout.seq_len = dims_.seq_len;
-    loader_ = std::make_unique<BatchLoader>(train_data_, *sampler_, layout, /*prefetch=*/true);
-    if (!cfg_.logging.metrics_file.empty() && mpi_.world_rank() == 0) metrics_ = MetricsWriter(cfg_.logging.metrics_file);
+    loader_ = std::make_unique<BatchLoader>(train_data_, setup_->sampler, layout, /*prefetch=*/true);
   }
 
   int run();
 
  private:
   void start_state();
+  void check_same_start(int64_t step);
   void train_step(StepMetrics& m);
   void save(int64_t step);
   void evaluate(int64_t step);
@@ -92,34 +122,45 @@ class Trainer {
   const MpiRuntime& mpi_;
   Config cfg_;
   TrainOptions options_;
-  TrainingDevice device_;
-  Backend& backend_;
   GptDims dims_;
+  std::unique_ptr<RankSetup> setup_;
+  TrainingDevice& device_;
+  Backend& backend_;
   Topology topology_;
-  TokenDataset train_data_;
-  std::optional<TokenDataset> val_data_;
-  std::optional<GlobalSampler> sampler_;
+  const TokenDataset& train_data_;
+  const std::optional<TokenDataset>& val_data_;
+  MetricsWriter& metrics_;
   std::unique_ptr<BatchLoader> loader_;
-  Engine engine_;
+  std::unique_ptr<Engine> engine_owner_;
+  Engine& engine_;
   LrSchedule schedule_;
-  MetricsWriter metrics_;
   LoopState state_;
   Rng sample_rng_;
 };
 
+// Each rank finds and reads its checkpoint on its own (ranks on different nodes may see
+// different files); the ranks agree that all of them succeeded and start from the same step
+// before the first collective.
 void Trainer::start_state() {
   std::string resume_path;
-  std::string source_key = "checkpoint.resume";
-  const std::string& resume = cfg_.checkpoint.resume;
-  if (resume == "auto") {
-    if (!cfg_.checkpoint.dir.empty()) {
-      if (auto latest = find_latest_checkpoint(cfg_.checkpoint.dir)) resume_path = *latest;
+  const std::string source_key = "checkpoint.resume";
+  bool resumed = false;
+  agree_on_user_errors(mpi_, "resuming from a checkpoint", [&] {
+    const std::string& resume = cfg_.checkpoint.resume;
+    if (resume == "auto") {
+      if (!cfg_.checkpoint.dir.empty()) {
+        if (auto latest = find_latest_checkpoint(cfg_.checkpoint.dir)) resume_path = *latest;
+      }
+    } else if (resume != "none") {
+      resume_path = resume;
     }
-  } else if (resume != "none") {
-    resume_path = resume;
-  }
-  if (!resume_path.empty()) {
-    state_ = load_training_checkpoint(resume_path, source_key, engine_, mpi_.world_rank());
+    if (resume_path.empty()) return;
+    state_ = read_training_checkpoint(resume_path, source_key, engine_, mpi_.world_rank());
+    resumed = true;
+  });
+  check_same_start(resumed ? state_.step : -1);
+  if (resumed) {
+    engine_.params_loaded();
     schedule_.set_iteration(state_.scheduler_iteration);
     sample_rng_.restore(state_.sample_rng);
     log_info("resumed from {} at step {}", resume_path, state_.step);
@@ -132,6 +173,28 @@ void Trainer::start_state() {
     if (cfg_.checkpoint.save_initial && !cfg_.checkpoint.dir.empty()) save(0);
   }
   loader_->seek(state_.step);
+}
+
+// `step` is the checkpoint's step, or -1 for fresh weights. A UserError on every rank when the
+// ranks differ: with checkpoint.dir on storage that is not shared, a node may see an older
+// checkpoint or none, and a run from mixed states would be wrong (or hang).
+void Trainer::check_same_start(int64_t step) {
+  const int size = mpi_.world_size();
+  if (size == 1) return;
+  std::vector<int64_t> steps(static_cast<size_t>(size));
+  MPI_CHECK(MPI_Allgather(&step, 1, MPI_INT64_T, steps.data(), 1, MPI_INT64_T, mpi_.world()));
+  int differs = 1;
+  while (differs < size && steps[static_cast<size_t>(differs)] == steps[0]) ++differs;
+  if (differs == size) return;
+  const auto start = [&](int r) {
+    const int64_t s = steps[static_cast<size_t>(r)];
+    return s < 0 ? std::string("fresh weights (no checkpoint found)") : fmt::format("a checkpoint at step {}", s);
+  };
+  throw UserError(fmt::format(
+      "checkpoint.resume: {}: the ranks found different checkpoints: rank 0 would start from {}, rank {} from {}; "
+      "checkpoint.dir must be storage that every node shares, or name one checkpoint in checkpoint.resume",
+      cfg_.checkpoint.resume, start(0), differs, start(differs)),
+      RaisedOn::EveryRank);
 }
 
 // Every rank's memory, gathered to all (cheap, once) and reported by rank 0.
@@ -360,8 +423,11 @@ int Trainer::run() {
 }  // namespace
 
 int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
-  Config cfg = load_config_file(options.config_path, options.overrides, mpi.world_size());
-  check_runnable(cfg, mpi.world_size(), !options.dump_grads_path.empty());
+  Config cfg;
+  agree_on_user_errors(mpi, "reading the config", [&] {
+    cfg = load_config_file(options.config_path, options.overrides, mpi.world_size());
+    check_runnable(cfg, mpi.world_size(), !options.dump_grads_path.empty());
+  });
   limit_blas_threads(mpi);
   if (mpi.world_rank() == 0) {
     log_info("strata {} | {} rank(s) | config {}", STRATA_VERSION, mpi.world_size(), options.config_path);

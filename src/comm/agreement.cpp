@@ -1,0 +1,76 @@
+// Set-up that every rank does on its own (opening files, choosing a device) ends in one
+// agreement over the world, so that a user error seen by some ranks only stops every rank with
+// that error instead of leaving the others blocked in their next collective.
+#include <fmt/core.h>
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/core.h"
+
+namespace strata {
+namespace {
+
+std::string message_of(const UserError& e) {
+  const auto* many = dynamic_cast<const UserErrors*>(&e);
+  if (!many) return e.what();
+  std::string text;
+  for (const std::string& line : many->errors()) text += (text.empty() ? "" : "\n  ") + line;
+  return text;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+}  // namespace
+
+void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const std::function<void()>& step) {
+  std::exception_ptr failure;
+  std::string message;
+  try {
+    step();
+  } catch (const UserError& e) {
+    failure = std::current_exception();
+    message = mpi.hostname() + ": " + message_of(e);
+  }
+  const auto rethrow_own = [&] {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const UserError& e) {
+      rethrow_on_every_rank(e);
+    }
+  };
+  const int size = mpi.world_size();
+  if (size == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  int failed = failure ? 1 : 0;
+  std::vector<int> flags(static_cast<size_t>(size), 0);
+  MPI_CHECK(MPI_Allgather(&failed, 1, MPI_INT, flags.data(), 1, MPI_INT, mpi.world()));
+  std::vector<int> failed_ranks;
+  for (int r = 0; r < size; ++r)
+    if (flags[static_cast<size_t>(r)]) failed_ranks.push_back(r);
+  if (failed_ranks.empty()) return;
+  // Every rank failed: the same config and files, as a rule, so each reports its own error.
+  if (static_cast<int>(failed_ranks.size()) == size) rethrow_own();
+
+  const int first = failed_ranks.front();
+  int length = static_cast<int>(message.size());
+  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, mpi.world()));
+  message.resize(static_cast<size_t>(length));
+  MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first, mpi.world()));
+  throw UserError(fmt::format(
+      "{}: failed on rank{} {} of {} only; rank {} on {}\n"
+      "(each rank reads files and finds devices on its own node: paths must name the same files on every node, "
+      "e.g. on a shared file system, and the nodes must be set up alike)",
+      what, failed_ranks.size() == 1 ? "" : "s", rank_list(failed_ranks), size, first, message),
+      RaisedOn::EveryRank);
+}
+
+}  // namespace strata

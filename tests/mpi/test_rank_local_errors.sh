@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Errors that only some ranks see (nodes that do not share files, or are set up differently)
+# end the whole job with exit code 2 and the failing rank's message, in seconds, instead of
+# leaving the other ranks blocked in a collective. Ranks get different working directories
+# (mpirun's -wdir per app context), so relative paths name different files on each rank, as
+# they would on nodes without a shared file system. Every run is under a time limit: a hang
+# fails the test.
+source "$(dirname "$0")/../lib/common.sh"
+make_text_data "$WORK/data"
+mkdir -p "$WORK/a" "$WORK/b"
+write_small_config "$WORK/a/cfg.yaml" "$WORK/data" "train: {iters: 4, seed: 3}"
+
+# mixed RANK0_ARGS -- RANK1_ARGS: one rank per app context, each from its own command line.
+mixed() {
+  local -a first=() second=()
+  while [ "$1" != "--" ]; do first+=("$1"); shift; done
+  shift
+  second=("$@")
+  run_expect 2 timeout 60 "$MPIRUN" "${MPI_FLAGS[@]}" -np 1 "${first[@]}" : -np 1 "${second[@]}"
+  if [ "${ABORT_OK:-0}" != 1 ] && grep -q "MPI_ABORT" <<<"$OUT"; then
+    echo "$OUT" >&2
+    fail "the job was aborted instead of ending cleanly"
+  fi
+}
+
+# 1. The config file exists on rank 0's node only.
+mixed -wdir "$WORK/a" "$STRATA" train --config cfg.yaml -- -wdir "$WORK/b" "$STRATA" train --config cfg.yaml
+expect_contains "$OUT" "reading the config: failed on rank 1 of 2 only; rank 1 on"
+expect_contains "$OUT" "config file 'cfg.yaml': cannot open it"
+
+# 2. The data exists on rank 1's node only (the same config everywhere, a relative data path).
+cp -r "$WORK/data" "$WORK/b/data"
+sed 's|^data: .*|data: {train: "data/train_*.bin"}|' "$WORK/a/cfg.yaml" > "$WORK/rel.yaml"
+mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/rel.yaml" -- -wdir "$WORK/b" "$STRATA" train --config "$WORK/rel.yaml"
+expect_contains "$OUT" "setting up devices and data: failed on rank 0 of 2 only; rank 0 on"
+expect_contains "$OUT" "data.train: no files match 'data/train_*.bin'"
+[ "$(grep -c 'error:' <<<"$OUT")" -eq 1 ] || { echo "$OUT" >&2; fail "expected the error once"; }
+
+# 3. Each rank has its own checkpoint.dir: the save cannot complete on rank 1.
+cp -r "$WORK/data" "$WORK/a/data"
+sed 's|^train: .*|train: {iters: 4, seed: 3}\ncheckpoint: {dir: ckpt}|' "$WORK/rel.yaml" > "$WORK/ckpt.yaml"
+mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" -- -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml"
+expect_contains "$OUT" "failed on rank 1: it wrote nothing"
+
+# 4. ... and with a checkpoint on rank 0's node only, the ranks would resume from different
+# states (rank 0 at step 4, rank 1 from fresh weights).
+run_expect 0 timeout 60 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml"
+rm -rf "$WORK/b/ckpt"
+mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
+  -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
+expect_contains "$OUT" "the ranks found different checkpoints: rank 0 would start from a checkpoint at step 4, rank 1 from fresh weights"
+
+# 5. A damaged checkpoint on rank 1's node only.
+cp -r "$WORK/a/ckpt" "$WORK/b/ckpt"
+echo '{}' > "$WORK/b/ckpt/step_00000004/manifest.json"
+mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
+  -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
+expect_contains "$OUT" "resuming from a checkpoint: failed on rank 1 of 2 only"
+expect_contains "$OUT" "not a strata checkpoint manifest"
+
+# 6. Ranks on different kinds of device (a node whose GPUs are not visible would do this).
+mixed -x STRATA_SIMULATE_DEVICE=1 "$STRATA" train --config "$WORK/a/cfg.yaml" -- "$STRATA" train --config "$WORK/a/cfg.yaml"
+expect_contains "$OUT" "ranks would train on different devices (rank 0: simulated, rank 1: cpu)"
+
+# 7. An error past the agreements, on one rank (its environment differs): that rank reports
+# it and ends the job with code 2.
+ABORT_OK=1 mixed "$STRATA" train --config "$WORK/a/cfg.yaml" -- \
+  -x STRATA_COMM_TIMEOUT_S=abc "$STRATA" train --config "$WORK/a/cfg.yaml"
+expect_contains "$OUT" "[rank 1] error: environment variable STRATA_COMM_TIMEOUT_S='abc'"
+
+# 8. An error every rank sees is reported once, and the job ends without an abort.
+mixed "$STRATA" train --config "$WORK/missing.yaml" -- "$STRATA" train --config "$WORK/missing.yaml"
+[ "$(grep -c "error: config file" <<<"$OUT")" -eq 1 ] || { echo "$OUT" >&2; fail "expected one report"; }
+echo "PASS: rank-local errors end the job with code 2 and the failing rank's message"
