@@ -101,9 +101,10 @@ class Checker {
 
 int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options) {
   if (!(options.seconds >= 0))
-    throw UserError(fmt::format("strata comm-check --seconds {}: must be >= 0", options.seconds));
+    throw UserError(fmt::format("strata comm-check --seconds {}: must be >= 0", options.seconds), RaisedOn::EveryRank);
   if (options.bytes < 4 || options.bytes > (int64_t{1} << 34))
-    throw UserError(fmt::format("strata comm-check --bytes {}: must be between 4 and 2^34", options.bytes));
+    throw UserError(fmt::format("strata comm-check --bytes {}: must be between 4 and 2^34", options.bytes),
+                    RaisedOn::EveryRank);
   std::unique_ptr<Comm> comm = make_mpi_comm(mpi.world(), "world");
   const int p = comm->size();
   // fp32 elements, a multiple of the world size so reduce_scatter and all_gather split evenly.

@@ -39,7 +39,8 @@ std::unique_ptr<Comm> make_comm(CommBackendKind kind, MPI_Comm comm, const std::
   throw UserError(
       fmt::format("comm.backend: nccl was requested (communicator '{}') but this strata was built without NCCL; "
                   "set comm.backend: mpi, or rebuild with the CUDA Toolkit and NCCL installed",
-                  name));
+                  name),
+      RaisedOn::EveryRank);  // the same build and config on every rank
 #endif
 }
 

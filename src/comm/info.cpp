@@ -51,7 +51,8 @@ int run_info(const MpiRuntime& mpi, const InfoOptions& options) {
     throw UserError(
         fmt::format("strata info --tp {} --pp {}: the world size {} is not divisible by TP × PP = {}; "
                     "pick sizes whose product divides the number of ranks",
-                    options.tp, options.pp, mpi.world_size(), options.tp * options.pp));
+                    options.tp, options.pp, mpi.world_size(), options.tp * options.pp),
+        RaisedOn::EveryRank);  // every rank has the same command line
   GridShape shape;
   shape.tp = options.tp;
   shape.pp = options.pp;
