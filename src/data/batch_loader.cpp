@@ -45,16 +45,27 @@ MicroBatch BatchLoader::batch_at(int64_t step, int micro_index) const {
   const size_t elements = static_cast<size_t>(layout_.micro_batch) * layout_.seq_len;
   batch.tokens.resize(elements);
   batch.targets.resize(elements);
-  read_sequences(dataset_, sampler_, micro_batch_first_sequence(layout_, step, micro_index),
-                 layout_.micro_batch, batch.tokens.data(), batch.targets.data());
+  const int64_t step_first = first_sequence_of(step);
+  if (step_first < 0) {
+    throw std::out_of_range("BatchLoader::batch_at: step " + std::to_string(step) + " precedes the data's start");
+  }
+  // Micro-batch offsets inside a step are those of step 0.
+  const int64_t first = step_first + micro_batch_first_sequence(layout_, 0, micro_index);
+  read_sequences(dataset_, sampler_, first, layout_.micro_batch, batch.tokens.data(), batch.targets.data());
   return batch;
 }
 
-void BatchLoader::seek(int64_t step) {
-  if (step < 0) throw std::out_of_range("BatchLoader::seek: negative step");
+void BatchLoader::seek(int64_t step, int64_t first_sequence) {
+  if (step < 0 || first_sequence < 0) throw std::out_of_range("BatchLoader::seek: negative step or sequence");
   stop_worker();
   next_step_ = step;
   next_micro_ = 0;
+  origin_step_ = step;
+  origin_sequence_ = first_sequence;
+}
+
+int64_t BatchLoader::first_sequence_of(int64_t step) const {
+  return origin_sequence_ + (step - origin_step_) * global_batch_sequences(layout_);
 }
 
 MicroBatch BatchLoader::next() {

@@ -102,9 +102,10 @@ void read_sequences(const TokenDataset& dataset, const GlobalSampler& sampler,
 
 // ---- Per-rank batches ---------------------------------------------------------------------
 
-// Step s covers global sequences [s·G, (s+1)·G), G = micro_batch·grad_accum·dp_size. DP rank
-// r owns the contiguous slice starting at s·G + r·micro_batch·grad_accum; micro-step m takes
-// the micro_batch sequences at offset m·micro_batch inside it.
+// Step s covers global sequences [s·G, (s+1)·G), G = micro_batch·grad_accum·dp_size (counted
+// from where the run's data starts; see BatchLoader::seek). DP rank r owns the contiguous
+// slice starting at s·G + r·micro_batch·grad_accum; micro-step m takes the micro_batch
+// sequences at offset m·micro_batch inside it.
 struct BatchLayout {
   int micro_batch = 1;
   int grad_accum = 1;
@@ -135,9 +136,13 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // The next call to next() returns micro-batch 0 of `step`. The loader's whole state is this
-  // position, so a checkpoint stores the step and resume seeks to it.
-  void seek(int64_t step);
+  // The next call to next() returns micro-batch 0 of `step`, whose global batch starts at
+  // global sequence `first_sequence`; each later step takes the next G sequences. Until the
+  // first seek, step s starts at s·G. A checkpoint stores the step and first_sequence_of(step),
+  // so a run resumed with another global batch continues the data where it stopped (neither
+  // repeating nor skipping sequences).
+  void seek(int64_t step, int64_t first_sequence);
+  int64_t first_sequence_of(int64_t step) const;
   MicroBatch next();  // rethrows any error raised while preparing the batch
   int64_t next_step() const { return next_step_; }
   int next_micro_index() const { return next_micro_; }
@@ -162,6 +167,7 @@ class BatchLoader {
   bool prefetch_;
   int64_t next_step_ = 0;
   int next_micro_ = 0;
+  int64_t origin_step_ = 0, origin_sequence_ = 0;  // step origin_step_ starts at origin_sequence_
 
   std::thread worker_;
   std::mutex mutex_;

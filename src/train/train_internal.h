@@ -51,6 +51,9 @@ struct LoopState {
   int64_t optimizer_steps = 0;      // AdamW::steps_taken()
   RngState sample_rng;
   std::optional<LossScalerState> loss_scaler;  // fp16 runs only
+  // Global sequence the next step's batch starts at (BatchLoader::first_sequence_of); -1 when
+  // a checkpoint lacks it (then step × the global batch).
+  int64_t next_sequence = -1;
 };
 
 nlohmann::json model_meta(const GptDims& dims);

@@ -164,6 +164,12 @@ void Trainer::start_state() {
     schedule_.set_iteration(state_.scheduler_iteration);
     sample_rng_.restore(state_.sample_rng);
     log_info("resumed from {} at step {}", resume_path, state_.step);
+    const int64_t by_batch = state_.step * cfg_.derived.global_batch;
+    if (state_.next_sequence >= 0 && state_.next_sequence != by_batch) {
+      log_info("the data continues at sequence {}, not at step x global batch = {} x {} = {}: the run so far used "
+               "another global batch",
+               state_.next_sequence, state_.step, cfg_.derived.global_batch, by_batch);
+    }
   } else {
     engine_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
     sample_rng_ = Rng(static_cast<uint64_t>(cfg_.train.seed), rng_stream_id("sample"));
@@ -172,7 +178,8 @@ void Trainer::start_state() {
     log_info("initialised weights (seed {})", cfg_.train.seed);
     if (cfg_.checkpoint.save_initial && !cfg_.checkpoint.dir.empty()) save(0);
   }
-  loader_->seek(state_.step);
+  loader_->seek(state_.step,
+                state_.next_sequence >= 0 ? state_.next_sequence : state_.step * cfg_.derived.global_batch);
 }
 
 // `step` is the checkpoint's step, or -1 for fresh weights. A UserError on every rank when the
@@ -330,6 +337,7 @@ void Trainer::save(int64_t step) {
   context.world_size = mpi_.world_size();
   context.barrier = [this] { mpi_.barrier(); };
   state_.sample_rng = sample_rng_.state();
+  state_.next_sequence = loader_->first_sequence_of(step);
   const std::string dir = save_training_checkpoint(cfg_, step, state_, engine_, context);
   log_info("saved checkpoint {} ({:.1f}s)", dir, t.seconds());
 }

@@ -27,6 +27,20 @@ expect_contains "$OUT" "resumed from"
 diff <(train_losses "$WORK/a.jsonl") <(train_losses "$WORK/b.jsonl") || fail "resumed losses differ from the uninterrupted run"
 [ "$(train_losses "$WORK/b.jsonl" | wc -l)" -eq 16 ] || fail "expected 16 steps"
 
+# A resume with another global batch continues the data where the checkpoint stopped: 4 steps
+# of 8 sequences, then 3 steps of 4 start at sequence 32 (not 4 x 4 = 16) and end at 44.
+write_small_config "$WORK/g.yaml" "$WORK/data" "train: {iters: 4, seed: 3}" "checkpoint: {dir: \"$WORK/ckpt_g\"}"
+run_expect 0 "$STRATA" train --config "$WORK/g.yaml"
+run_expect 0 "$STRATA" train --config "$WORK/g.yaml" --set gradient_accumulation_steps=1 --set train.iters=7
+expect_contains "$OUT" "the data continues at sequence 32, not at step x global batch = 4 x 4 = 16"
+python3 - "$WORK/ckpt_g" <<'PY'
+import json, sys
+for step, sequence in ((4, 32), (7, 44)):
+    meta = json.load(open(f"{sys.argv[1]}/step_{step:08d}/manifest.json"))["global_meta"]
+    if meta["loader_next_sequence"] != sequence:
+        sys.exit(f"step {step}: loader_next_sequence {meta['loader_next_sequence']}, expected {sequence}")
+PY
+
 # SIGTERM: finish the step, save, exit 0.
 write_small_config "$WORK/c.yaml" "$WORK/data" "train: {iters: 100000, seed: 3}" \
   "checkpoint: {dir: \"$WORK/ckpt_c\"}" "logging: {metrics_file: \"$WORK/c.jsonl\"}"

@@ -171,7 +171,7 @@ TEST_CASE("loader refuses a layout or sampler that does not fit the dataset") {
   CHECK_THROWS_AS(BatchLoader(dataset, sampler, BatchLayout{0, 1, 1, 0, kT}, true), std::invalid_argument);
 }
 
-TEST_CASE("seek(s) resumes exactly where running to s would be") {
+TEST_CASE("seek(s, s·G) resumes exactly where running to s would be") {
   TempDir dir;
   const TokenDataset dataset = make_dataset(dir);
   const GlobalSampler sampler(dataset, kT, true, 11);
@@ -183,7 +183,8 @@ TEST_CASE("seek(s) resumes exactly where running to s would be") {
 
   BatchLoader resumed(dataset, sampler, layout, prefetch);
   resumed.next();  // partway into step 0, then jump ahead (as a resume would)
-  resumed.seek(9);
+  resumed.seek(9, reference.first_sequence_of(9));
+  CHECK(reference.first_sequence_of(9) == 9 * 12);
   for (int i = 0; i < 8; ++i) {
     const MicroBatch expected = reference.next();
     const MicroBatch actual = resumed.next();
@@ -192,10 +193,35 @@ TEST_CASE("seek(s) resumes exactly where running to s would be") {
     REQUIRE(actual.tokens == expected.tokens);
     REQUIRE(actual.targets == expected.targets);
   }
-  resumed.seek(2);  // backwards too
+  resumed.seek(2, 2 * 12);  // backwards too
   const MicroBatch again = resumed.next();
   CHECK(again.step == 2);
   CHECK(again.tokens == resumed.batch_at(2, 0).tokens);
   CHECK(resumed.next_step() == 2);
   CHECK(resumed.next_micro_index() == 1);
+}
+
+TEST_CASE("a resume with another global batch continues the data where the checkpoint stopped") {
+  TempDir dir;
+  const TokenDataset dataset = make_dataset(dir);
+  const GlobalSampler sampler(dataset, kT, true, 5);
+  // Saved with G = 3·2·2 = 12 after 7 steps: sequences [0, 84) are used.
+  BatchLoader saved(dataset, sampler, BatchLayout{3, 2, 2, 1, kT}, false);
+  const int64_t consumed = saved.first_sequence_of(7);
+  REQUIRE(consumed == 84);
+  // Resumed on one rank with G = 2·1·1 = 2: step 7 reads sequences 84, 85; step 8 reads 86, 87.
+  const bool prefetch = GENERATE(false, true);
+  BatchLoader resumed(dataset, sampler, BatchLayout{2, 1, 1, 0, kT}, prefetch);
+  resumed.seek(7, consumed);
+  for (int64_t step = 7; step < 10; ++step) {
+    const MicroBatch batch = resumed.next();
+    REQUIRE(batch.step == step);
+    std::vector<int32_t> tokens(2 * kT), targets(2 * kT);
+    read_sequences(dataset, sampler, 84 + 2 * (step - 7), 2, tokens.data(), targets.data());
+    CHECK(batch.tokens == tokens);
+    CHECK(batch.targets == targets);
+  }
+  CHECK(resumed.first_sequence_of(10) == 90);
+  resumed.seek(7, 4);  // step 7 at sequence 4: step 4 would start before sequence 0
+  CHECK_THROWS_AS(resumed.batch_at(4, 0), std::out_of_range);
 }
