@@ -54,6 +54,9 @@ struct LoopState {
   // Global sequence the next step's batch starts at (BatchLoader::first_sequence_of); -1 when
   // a checkpoint lacks it (then step × the global batch).
   int64_t next_sequence = -1;
+  // What fixed the order of the training sequences ({"tokens", "shuffle", "seed"}), compared on
+  // resume; null when a checkpoint lacks it.
+  nlohmann::json data_order;
 };
 
 nlohmann::json model_meta(const GptDims& dims);

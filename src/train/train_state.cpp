@@ -75,6 +75,7 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
       {"optimizer_steps", state.optimizer_steps},
       {"loader_next_step", step},
       {"loader_next_sequence", state.next_sequence},
+      {"data_order", state.data_order},
       {"model", model_meta(engine.model().dims())},
       {"layout", {{"world_size", cfg.derived.world_size}, {"dp", cfg.derived.dp_size}, {"tp", cfg.derived.tp_size},
                   {"pp", cfg.derived.pp_size}, {"zero_stage", cfg.zero_optimization.stage}}},
@@ -125,6 +126,7 @@ LoopState read_training_checkpoint(const std::string& path, const std::string& s
   state.scheduler_iteration = meta.at("scheduler_iteration").get<int64_t>();
   state.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
   if (meta.contains("loader_next_sequence")) state.next_sequence = meta.at("loader_next_sequence").get<int64_t>();
+  if (meta.contains("data_order")) state.data_order = meta.at("data_order");
   const int saved_rank = rank < reader.saved_world_size() ? rank : 0;
   const nlohmann::json& rng = reader.rank_state(saved_rank).at("sample_rng");
   state.sample_rng = {rng.at("seed").get<uint64_t>(), rng.at("stream").get<uint64_t>(), rng.at("counter").get<uint64_t>()};

@@ -108,6 +108,8 @@ class Trainer {
  private:
   void start_state();
   void check_same_start(int64_t step);
+  nlohmann::json data_order() const;
+  void warn_if_data_order_changed(const nlohmann::json& saved) const;
   void train_step(StepMetrics& m);
   void save(int64_t step);
   void evaluate(int64_t step);
@@ -170,6 +172,7 @@ void Trainer::start_state() {
                "another global batch",
                state_.next_sequence, state_.step, cfg_.derived.global_batch, by_batch);
     }
+    warn_if_data_order_changed(state_.data_order);
   } else {
     engine_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
     sample_rng_ = Rng(static_cast<uint64_t>(cfg_.train.seed), rng_stream_id("sample"));
@@ -202,6 +205,32 @@ void Trainer::check_same_start(int64_t step) {
       "checkpoint.dir must be storage that every node shares, or name one checkpoint in checkpoint.resume",
       cfg_.checkpoint.resume, start(0), differs, start(differs)),
       RaisedOn::EveryRank);
+}
+
+nlohmann::json Trainer::data_order() const {
+  return {{"tokens", train_data_.num_tokens()}, {"shuffle", cfg_.data.shuffle}, {"seed", cfg_.train.seed}};
+}
+
+// A resumed run may change its data on purpose (more text, shuffling on); it is told that the
+// sequences from here differ from those an uninterrupted run would have read.
+void Trainer::warn_if_data_order_changed(const nlohmann::json& saved) const {
+  if (saved.is_null() || mpi_.world_rank() != 0) return;
+  const nlohmann::json now = data_order();
+  const auto then = [&](const char* key) { return saved.contains(key) ? saved.at(key) : nlohmann::json(); };
+  std::string changes;
+  const auto add = [&](const std::string& what, const char* key) {
+    changes += fmt::format("{}{} is {}, {} then", changes.empty() ? "" : "; ", what, now[key].dump(), then(key).dump());
+  };
+  if (then("tokens") != now["tokens"]) add("the token count of data.train", "tokens");
+  if (then("shuffle") != now["shuffle"]) {
+    add("data.shuffle", "shuffle");
+  } else if (cfg_.data.shuffle && then("seed") != now["seed"]) {
+    add("train.seed (which orders the shuffled data)", "seed");
+  }
+  if (changes.empty()) return;
+  log_warn("the data order differs from the checkpoint's run ({}): from here on this run reads other sequences than "
+           "an uninterrupted run would",
+           changes);
 }
 
 // Every rank's memory, gathered to all (cheap, once) and reported by rank 0.
@@ -338,6 +367,7 @@ void Trainer::save(int64_t step) {
   context.barrier = [this] { mpi_.barrier(); };
   state_.sample_rng = sample_rng_.state();
   state_.next_sequence = loader_->first_sequence_of(step);
+  state_.data_order = data_order();
   const std::string dir = save_training_checkpoint(cfg_, step, state_, engine_, context);
   log_info("saved checkpoint {} ({:.1f}s)", dir, t.seconds());
 }

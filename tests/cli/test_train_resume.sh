@@ -41,6 +41,14 @@ for step, sequence in ((4, 32), (7, 44)):
         sys.exit(f"step {step}: loader_next_sequence {meta['loader_next_sequence']}, expected {sequence}")
 PY
 
+# ... and a resume that changes what orders the data says so (not when nothing changed).
+run_expect 0 "$STRATA" train --config "$WORK/g.yaml" --set gradient_accumulation_steps=1 --set train.iters=8 \
+  --set data.shuffle=true
+expect_contains "$OUT" "the data order differs from the checkpoint's run (data.shuffle is true, false then)"
+run_expect 0 "$STRATA" train --config "$WORK/g.yaml" --set gradient_accumulation_steps=1 --set train.iters=9 \
+  --set data.shuffle=true
+grep -qF "data order differs" <<<"$OUT" && fail "a resume with the same data order warned"
+
 # SIGTERM: finish the step, save, exit 0.
 write_small_config "$WORK/c.yaml" "$WORK/data" "train: {iters: 100000, seed: 3}" \
   "checkpoint: {dir: \"$WORK/ckpt_c\"}" "logging: {metrics_file: \"$WORK/c.jsonl\"}"
