@@ -140,8 +140,10 @@ struct SaveContext {
 // writes manifest.json, renames the directory to root/step_%08d, atomically replaces
 // root/latest, prunes all but the newest `keep_last` step dirs (0 = keep all; the one just
 // saved is always kept) and removes stale *.tmp dirs. Returns after the checkpoint is complete
-// on every rank; returns the step dir. A failure on any rank throws on every rank, and leaves
-// the previous checkpoint and `latest` untouched. root must be shared by all ranks.
+// on every rank; returns the step dir. A failure on any rank throws on every rank (rank 0 with
+// the cause), and leaves the previous checkpoint and `latest` untouched; every throw comes after
+// the last barrier, so a caller may agree on the outcome collectively. root must be shared by
+// all ranks.
 std::string save_checkpoint(const std::string& root, int64_t step, const SaveContext& context,
                             const std::vector<TensorPiece>& pieces, const nlohmann::json& rank_state,
                             const nlohmann::json& global_meta, int keep_last);

@@ -329,13 +329,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, const SaveCon
     }
   }
   barrier();
-  if (error) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const UserError& e) {
-      rethrow_on_every_rank(e);  // each rank throws here, rank 0 with the cause
-    }
-  }
+  if (error) std::rethrow_exception(error);
   if (!leader && !save_confirmed(final_dir, context.rank, checksum)) {
     throw UserError("checkpoint save of step " + std::to_string(step) + " to " + root +
                     " failed (rank 0 reports the cause)");

@@ -94,8 +94,9 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
   return dir;
 }
 
-LoopState read_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank) {
-  const CheckpointReader reader = CheckpointReader::open(path, source_key);
+namespace {
+
+LoopState read_loop_state(const CheckpointReader& reader, const std::string& source_key, Engine& engine, int rank) {
   const nlohmann::json& meta = reader.global_meta();
   const GptDims& dims = engine.model().dims();
   const nlohmann::json saved = meta.at("model");
@@ -145,6 +146,19 @@ LoopState read_training_checkpoint(const std::string& path, const std::string& s
     state.loss_scaler = engine.loss_scaler_state();
   }
   return state;
+}
+
+}  // namespace
+
+LoopState read_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank) {
+  const CheckpointReader reader = CheckpointReader::open(path, source_key);
+  try {
+    return read_loop_state(reader, source_key, engine, rank);
+  } catch (const nlohmann::json::exception& e) {
+    // A manifest that parses but lacks a field, or holds one of the wrong type.
+    throw UserError(fmt::format("{}: {}: the manifest's training state is incomplete or malformed ({})", source_key,
+                                reader.path(), e.what()));
+  }
 }
 
 void dump_gradients(const std::string& path, Gpt& model, double loss_scale) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/core.h"
@@ -368,7 +369,11 @@ void Trainer::save(int64_t step) {
   state_.sample_rng = sample_rng_.state();
   state_.next_sequence = loader_->first_sequence_of(step);
   state_.data_order = data_order();
-  const std::string dir = save_training_checkpoint(cfg_, step, state_, engine_, context);
+  std::string dir;
+  // Each rank judges the save from its own view of the file system; the ranks agree on it, so
+  // that none carries on into the next collective while another stops.
+  agree_on_user_errors(mpi_, fmt::format("saving the checkpoint of step {}", step),
+                       [&] { dir = save_training_checkpoint(cfg_, step, state_, engine_, context); });
   log_info("saved checkpoint {} ({:.1f}s)", dir, t.seconds());
 }
 
@@ -458,6 +463,25 @@ int Trainer::run() {
   return 0;
 }
 
+// Ranks that read different configs (a node with its own copy of the file, or other --set
+// values) would run different schedules of collectives and hang, or train different models.
+void check_same_config(const MpiRuntime& mpi, const std::string& path, const std::string& resolved) {
+  if (mpi.world_size() == 1) return;
+  Checksum64 hash;
+  hash.update(resolved.data(), resolved.size());
+  uint64_t mine = hash.digest();
+  std::vector<uint64_t> all(static_cast<size_t>(mpi.world_size()));
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, mpi.world()));
+  for (int r = 1; r < mpi.world_size(); ++r) {
+    if (all[static_cast<size_t>(r)] == all[0]) continue;
+    throw UserError(fmt::format("config {}: rank {} resolved another config than rank 0 (a different copy of the "
+                                "file on its node, or other --set values); every rank must train with the same "
+                                "config",
+                                path, r),
+                    RaisedOn::EveryRank);
+  }
+}
+
 }  // namespace
 
 int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
@@ -466,6 +490,7 @@ int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
     cfg = load_config_file(options.config_path, options.overrides, mpi.world_size());
     check_runnable(cfg, mpi.world_size(), !options.dump_grads_path.empty());
   });
+  check_same_config(mpi, options.config_path, config_to_yaml(cfg) + derived_to_yaml(cfg));
   limit_blas_threads(mpi);
   if (mpi.world_rank() == 0) {
     log_info("strata {} | {} rank(s) | config {}", STRATA_VERSION, mpi.world_size(), options.config_path);

@@ -28,6 +28,12 @@ mixed -wdir "$WORK/a" "$STRATA" train --config cfg.yaml -- -wdir "$WORK/b" "$STR
 expect_contains "$OUT" "reading the config: failed on rank 1 of 2 only; rank 1 on"
 expect_contains "$OUT" "config file 'cfg.yaml': cannot open it"
 
+# 1b. Each node has its own copy of the config, and the copies differ.
+sed 's|^train: .*|train: {iters: 5, seed: 3}|' "$WORK/a/cfg.yaml" > "$WORK/b/cfg.yaml"
+mixed -wdir "$WORK/a" "$STRATA" train --config cfg.yaml -- -wdir "$WORK/b" "$STRATA" train --config cfg.yaml
+expect_contains "$OUT" "config cfg.yaml: rank 1 resolved another config than rank 0"
+rm "$WORK/b/cfg.yaml"
+
 # 2. The data exists on rank 1's node only (the same config everywhere, a relative data path).
 cp -r "$WORK/data" "$WORK/b/data"
 sed 's|^data: .*|data: {train: "data/train_*.bin"}|' "$WORK/a/cfg.yaml" > "$WORK/rel.yaml"
@@ -57,6 +63,18 @@ mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.ite
   -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
 expect_contains "$OUT" "resuming from a checkpoint: failed on rank 1 of 2 only"
 expect_contains "$OUT" "not a strata checkpoint manifest"
+
+# 5b. A manifest on rank 1's node that parses but lacks the training state's step.
+python3 - "$WORK/b/ckpt/step_00000004/manifest.json" "$WORK/a/ckpt/step_00000004/manifest.json" <<'PY'
+import json, sys
+manifest = json.load(open(sys.argv[2]))
+del manifest["global_meta"]["step"]
+json.dump(manifest, open(sys.argv[1], "w"))
+PY
+mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
+  -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
+expect_contains "$OUT" "resuming from a checkpoint: failed on rank 1 of 2 only"
+expect_contains "$OUT" "the manifest's training state is incomplete or malformed"
 
 # 6. Ranks on different kinds of device (a node whose GPUs are not visible would do this).
 mixed -x STRATA_SIMULATE_DEVICE=1 "$STRATA" train --config "$WORK/a/cfg.yaml" -- "$STRATA" train --config "$WORK/a/cfg.yaml"
