@@ -102,6 +102,7 @@ class Trainer {
     layout.dp_rank = topology_.coord().dp;
     layout.seq_len = dims_.seq_len;
     loader_ = std::make_unique<BatchLoader>(train_data_, setup_->sampler, layout, /*prefetch=*/true);
+    check_same_data();
   }
 
   int run();
@@ -109,6 +110,7 @@ class Trainer {
  private:
   void start_state();
   void check_same_start(int64_t step);
+  void check_same_data();
   nlohmann::json data_order() const;
   void warn_if_data_order_changed(const nlohmann::json& saved) const;
   void train_step(StepMetrics& m);
@@ -206,6 +208,26 @@ void Trainer::check_same_start(int64_t step) {
       "checkpoint.dir must be storage that every node shares, or name one checkpoint in checkpoint.resume",
       cfg_.checkpoint.resume, start(0), differs, start(differs)),
       RaisedOn::EveryRank);
+}
+
+// Every rank reads the data on its own node: copies that differ (another version of the corpus)
+// would give each rank other sequences than the global order assigns it.
+void Trainer::check_same_data() {
+  const int size = mpi_.world_size();
+  if (size == 1) return;
+  const int64_t mine[2] = {train_data_.num_tokens(), val_data_ ? val_data_->num_tokens() : -1};
+  std::vector<int64_t> all(static_cast<size_t>(2 * size));
+  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, mpi_.world()));
+  for (int r = 1; r < size; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const int64_t theirs = all[static_cast<size_t>(2 * r + k)], first = all[static_cast<size_t>(k)];
+      if (theirs == first) continue;
+      throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a "
+                                  "shared file system, or identical copies on every node)",
+                                  k == 0 ? "data.train" : "data.val", r, theirs, first),
+                      RaisedOn::EveryRank);
+    }
+  }
 }
 
 nlohmann::json Trainer::data_order() const {

@@ -42,6 +42,16 @@ expect_contains "$OUT" "setting up devices and data: failed on rank 0 of 2 only;
 expect_contains "$OUT" "data.train: no files match 'data/train_*.bin'"
 [ "$(grep -c 'error:' <<<"$OUT")" -eq 1 ] || { echo "$OUT" >&2; fail "expected the error once"; }
 
+# 2b. Each node has its own copy of the data, and the copies differ.
+mkdir -p "$WORK/other"
+head -n 300 "$WORK/data/corpus.txt" > "$WORK/other/corpus.txt"
+"$STRATA" data encode --input "$WORK/other/corpus.txt" --out "$WORK/b/data" --val-fraction 0 >/dev/null
+mkdir -p "$WORK/a/data" && cp "$WORK/data"/train_*.bin "$WORK/a/data/"
+mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/rel.yaml" -- -wdir "$WORK/b" "$STRATA" train --config "$WORK/rel.yaml"
+expect_contains "$OUT" "data.train: rank 1 finds"
+expect_contains "$OUT" "every rank must read the same data"
+rm -rf "$WORK/a/data" "$WORK/b/data" && cp -r "$WORK/data" "$WORK/b/data"
+
 # 3. Each rank has its own checkpoint.dir: the save cannot complete on rank 1.
 cp -r "$WORK/data" "$WORK/a/data"
 sed 's|^train: .*|train: {iters: 4, seed: 3}\ncheckpoint: {dir: ckpt}|' "$WORK/rel.yaml" > "$WORK/ckpt.yaml"
