@@ -3,6 +3,7 @@
 // that error instead of leaving the others blocked in their next collective.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -29,6 +30,22 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
+std::vector<int64_t> gather_from_all_ranks(const MpiRuntime& mpi, const std::vector<int64_t>& mine) {
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(mpi.world_size()));
+  MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
+                          static_cast<int>(mine.size()), MPI_INT64_T, mpi.world()));
+  return all;
+}
+
+int first_rank_unlike_rank0(const std::vector<int64_t>& all, size_t width) {
+  for (size_t r = 1; r * width < all.size(); ++r) {
+    if (!std::equal(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(width),
+                    all.begin() + static_cast<std::ptrdiff_t>(r * width)))
+      return static_cast<int>(r);
+  }
+  return -1;
+}
+
 void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const std::function<void()>& step) {
   std::exception_ptr failure;
   std::string message;
@@ -38,27 +55,24 @@ void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const 
     failure = std::current_exception();
     message = mpi.hostname() + ": " + message_of(e);
   }
-  const auto rethrow_own = [&] {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const UserError& e) {
-      rethrow_on_every_rank(e);
-    }
-  };
   const int size = mpi.world_size();
   if (size == 1) {
     if (failure) std::rethrow_exception(failure);
     return;
   }
-  int failed = failure ? 1 : 0;
-  std::vector<int> flags(static_cast<size_t>(size), 0);
-  MPI_CHECK(MPI_Allgather(&failed, 1, MPI_INT, flags.data(), 1, MPI_INT, mpi.world()));
+  const std::vector<int64_t> flags = gather_from_all_ranks(mpi, {failure ? 1 : 0});
   std::vector<int> failed_ranks;
   for (int r = 0; r < size; ++r)
     if (flags[static_cast<size_t>(r)]) failed_ranks.push_back(r);
   if (failed_ranks.empty()) return;
-  // Every rank failed: the same config and files, as a rule, so each reports its own error.
-  if (static_cast<int>(failed_ranks.size()) == size) rethrow_own();
+  if (static_cast<int>(failed_ranks.size()) == size) {
+    // Every rank failed: the same config and files, as a rule, so each reports its own error.
+    try {
+      std::rethrow_exception(failure);
+    } catch (const UserError& e) {
+      rethrow_on_every_rank(e);
+    }
+  }
 
   const int first = failed_ranks.front();
   int length = static_cast<int>(message.size());

@@ -45,6 +45,11 @@ class MpiRuntime {
 // rank fails, each rethrows its own error (main reports rank 0's). Other exceptions pass
 // through untouched (main aborts the job for them).
 void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const std::function<void()>& step);
+// Collective over the world: every rank's values (the same count on each), rank after rank.
+std::vector<int64_t> gather_from_all_ranks(const MpiRuntime& mpi, const std::vector<int64_t>& mine);
+// The lowest rank whose `width` values in a gather_from_all_ranks result differ from rank 0's;
+// -1 when every rank agrees with rank 0.
+int first_rank_unlike_rank0(const std::vector<int64_t>& all, size_t width);
 
 // The DP × PP × TP grid. Rank order: TP fastest, then DP, then PP:
 // rank = (pp * DP + dp) * TP + tp.

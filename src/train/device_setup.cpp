@@ -94,22 +94,19 @@ TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi) {
 CommBackendKind agree_on_devices(const MpiRuntime& mpi, const Config& cfg, TrainingDevice& device) {
   const int size = mpi.world_size();
   if (size == 1) return device.comm;
-  const int mine[2] = {static_cast<int>(device.backend->device()), device.comm == CommBackendKind::Nccl ? 1 : 0};
-  std::vector<int> all(static_cast<size_t>(2 * size));
-  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, mpi.world()));
-  const auto device_of = [&](int r) { return static_cast<Device>(all[static_cast<size_t>(2 * r)]); };
-  int differs = 1;
-  while (differs < size && device_of(differs) == device_of(0)) ++differs;
-  if (differs < size) {
+  const std::vector<int64_t> devices = gather_from_all_ranks(mpi, {static_cast<int64_t>(device.backend->device())});
+  const int differs = first_rank_unlike_rank0(devices, 1);
+  if (differs >= 0) {
     // Every rank sees the same table, so every rank throws the same error.
+    const auto device_of = [&](int r) { return device_name(static_cast<Device>(devices[static_cast<size_t>(r)])); };
     throw UserError(fmt::format(
         "device: {}: ranks would train on different devices (rank 0: {}, rank {}: {}); every rank must use the same "
         "kind: check that every node's GPUs are visible (nvidia-smi), or set device: cpu",
-        to_string(cfg.device), device_name(device_of(0)), differs, device_name(device_of(differs))),
+        to_string(cfg.device), device_of(0), differs, device_of(differs)),
         RaisedOn::EveryRank);
   }
-  int nccl_ranks = 0;
-  for (int r = 0; r < size; ++r) nccl_ranks += all[static_cast<size_t>(2 * r + 1)];
+  int64_t nccl_ranks = 0;
+  for (int64_t nccl : gather_from_all_ranks(mpi, {device.comm == CommBackendKind::Nccl ? 1 : 0})) nccl_ranks += nccl;
   if (nccl_ranks != 0 && nccl_ranks != size) {
     // Only comm.backend: auto can differ here (nccl is checked on each rank): some ranks share a
     // GPU or lack NCCL, and communicators must be of one kind, so every rank takes MPI.

@@ -170,7 +170,9 @@ void Trainer::start_state() {
     sample_rng_.restore(state_.sample_rng);
     log_info("resumed from {} at step {}", resume_path, state_.step);
     const int64_t by_batch = state_.step * cfg_.derived.global_batch;
-    if (state_.next_sequence >= 0 && state_.next_sequence != by_batch) {
+    if (state_.next_sequence < 0) {
+      state_.next_sequence = by_batch;  // a checkpoint from before the field existed
+    } else if (state_.next_sequence != by_batch) {
       log_info("the data continues at sequence {}, not at step x global batch = {} x {} = {}: the run so far used "
                "another global batch",
                state_.next_sequence, state_.step, cfg_.derived.global_batch, by_batch);
@@ -178,27 +180,24 @@ void Trainer::start_state() {
     warn_if_data_order_changed(state_.data_order);
   } else {
     engine_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
+    state_.next_sequence = 0;
     sample_rng_ = Rng(static_cast<uint64_t>(cfg_.train.seed), rng_stream_id("sample"));
     state_.sample_rng = sample_rng_.state();
     if (engine_.precision() == DType::F16) state_.loss_scaler = engine_.loss_scaler_state();
     log_info("initialised weights (seed {})", cfg_.train.seed);
     if (cfg_.checkpoint.save_initial && !cfg_.checkpoint.dir.empty()) save(0);
   }
-  loader_->seek(state_.step,
-                state_.next_sequence >= 0 ? state_.next_sequence : state_.step * cfg_.derived.global_batch);
+  loader_->seek(state_.step, state_.next_sequence);
 }
 
 // `step` is the checkpoint's step, or -1 for fresh weights. A UserError on every rank when the
 // ranks differ: with checkpoint.dir on storage that is not shared, a node may see an older
 // checkpoint or none, and a run from mixed states would be wrong (or hang).
 void Trainer::check_same_start(int64_t step) {
-  const int size = mpi_.world_size();
-  if (size == 1) return;
-  std::vector<int64_t> steps(static_cast<size_t>(size));
-  MPI_CHECK(MPI_Allgather(&step, 1, MPI_INT64_T, steps.data(), 1, MPI_INT64_T, mpi_.world()));
-  int differs = 1;
-  while (differs < size && steps[static_cast<size_t>(differs)] == steps[0]) ++differs;
-  if (differs == size) return;
+  if (mpi_.world_size() == 1) return;
+  const std::vector<int64_t> steps = gather_from_all_ranks(mpi_, {step});
+  const int differs = first_rank_unlike_rank0(steps, 1);
+  if (differs < 0) return;
   const auto start = [&](int r) {
     const int64_t s = steps[static_cast<size_t>(r)];
     return s < 0 ? std::string("fresh weights (no checkpoint found)") : fmt::format("a checkpoint at step {}", s);
@@ -213,21 +212,17 @@ void Trainer::check_same_start(int64_t step) {
 // Every rank reads the data on its own node: copies that differ (another version of the corpus)
 // would give each rank other sequences than the global order assigns it.
 void Trainer::check_same_data() {
-  const int size = mpi_.world_size();
-  if (size == 1) return;
-  const int64_t mine[2] = {train_data_.num_tokens(), val_data_ ? val_data_->num_tokens() : -1};
-  std::vector<int64_t> all(static_cast<size_t>(2 * size));
-  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, mpi_.world()));
-  for (int r = 1; r < size; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      const int64_t theirs = all[static_cast<size_t>(2 * r + k)], first = all[static_cast<size_t>(k)];
-      if (theirs == first) continue;
-      throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a "
-                                  "shared file system, or identical copies on every node)",
-                                  k == 0 ? "data.train" : "data.val", r, theirs, first),
-                      RaisedOn::EveryRank);
-    }
-  }
+  if (mpi_.world_size() == 1) return;
+  const std::vector<int64_t> all =
+      gather_from_all_ranks(mpi_, {train_data_.num_tokens(), val_data_ ? val_data_->num_tokens() : -1});
+  const int r = first_rank_unlike_rank0(all, 2);
+  if (r < 0) return;
+  const int k = all[2 * static_cast<size_t>(r)] != all[0] ? 0 : 1;  // train first
+  throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a shared "
+                              "file system, or identical copies on every node)",
+                              k == 0 ? "data.train" : "data.val", r, all[2 * static_cast<size_t>(r) + k],
+                              all[static_cast<size_t>(k)]),
+                  RaisedOn::EveryRank);
 }
 
 nlohmann::json Trainer::data_order() const {
@@ -491,17 +486,12 @@ void check_same_config(const MpiRuntime& mpi, const std::string& path, const std
   if (mpi.world_size() == 1) return;
   Checksum64 hash;
   hash.update(resolved.data(), resolved.size());
-  uint64_t mine = hash.digest();
-  std::vector<uint64_t> all(static_cast<size_t>(mpi.world_size()));
-  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, mpi.world()));
-  for (int r = 1; r < mpi.world_size(); ++r) {
-    if (all[static_cast<size_t>(r)] == all[0]) continue;
-    throw UserError(fmt::format("config {}: rank {} resolved another config than rank 0 (a different copy of the "
-                                "file on its node, or other --set values); every rank must train with the same "
-                                "config",
-                                path, r),
-                    RaisedOn::EveryRank);
-  }
+  const int differs = first_rank_unlike_rank0(gather_from_all_ranks(mpi, {static_cast<int64_t>(hash.digest())}), 1);
+  if (differs < 0) return;
+  throw UserError(fmt::format("config {}: rank {} resolved another config than rank 0 (a different copy of the file "
+                              "on its node, or other --set values); every rank must train with the same config",
+                              path, differs),
+                  RaisedOn::EveryRank);
 }
 
 }  // namespace
