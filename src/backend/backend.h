@@ -175,8 +175,9 @@ class Backend {
   // fuse the two (a GEMM epilogue); by default linear_forward then gelu_forward.
   virtual void linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias);
   // dinp (N, In) = dout · weightᵀ, overwritten (optional); dweight (In, Out) += inpᵀ · dout;
-  // dbias (Out) += Σ dout (optional).
-  void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight);
+  // dbias (Out) += Σ dout (optional). A backend may fuse the bias gradient into the weight
+  // gradient's product (a GEMM epilogue); by default matmul then bias_backward.
+  virtual void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight);
   // linear_backward of a layer whose input is gelu(pre), carried on through the GELU:
   // dpre (N, In) = (dout · weightᵀ) ⊙ gelu'(pre), overwritten; dweight and dbias as
   // linear_backward (inp = gelu(pre)). A backend may fuse the GELU gradient into the product

@@ -126,9 +126,12 @@ void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribute
 
 bool reads_bias(GemmEpilogue e) { return e == GemmEpilogue::Bias || e == GemmEpilogue::GeluBias; }
 bool uses_aux(GemmEpilogue e) { return e == GemmEpilogue::GeluBias || e == GemmEpilogue::DGelu; }
+// The epilogues whose vector (bias or bias gradient) sits behind the descriptor's bias pointer.
+bool uses_bias_pointer(GemmEpilogue e) { return reads_bias(e) || e == GemmEpilogue::BiasGrad; }
 
 void set_call_pointers(cublasLtMatmulDesc_t desc, const GemmProblem& p, const GemmPointers& ptrs) {
   if (reads_bias(p.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ptrs.bias);
+  if (p.epilogue == GemmEpilogue::BiasGrad) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ptrs.bias_grad);
   if (uses_aux(p.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ptrs.pre_gelu);
 }
 
@@ -180,8 +183,9 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmKey& key, const GemmPointers& p
   if (p.epilogue == GemmEpilogue::Bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
   if (p.epilogue == GemmEpilogue::GeluBias) epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   if (p.epilogue == GemmEpilogue::DGelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
+  if (p.epilogue == GemmEpilogue::BiasGrad) epilogue = CUBLASLT_EPILOGUE_BGRADA;
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-  if (reads_bias(p.epilogue)) set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(p.out_type));
+  if (uses_bias_pointer(p.epilogue)) set_desc(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(p.out_type));
   if (uses_aux(p.epilogue)) {
     // The aux data type is left at its default (D's type): other values are for narrow
     // (fp8) precisions only.
@@ -209,11 +213,15 @@ GemmRunner::Plan& GemmRunner::plan_for(const GemmKey& key, const GemmPointers& p
   plan->status = status;
   plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
   if (plan->found) plan->algo = result.algo;
-  if (!plan->found && uses_aux(p.epilogue)) {
-    const bool forward = p.epilogue == GemmEpilogue::GeluBias;
+  if (!plan->found && p.epilogue != GemmEpilogue::None && p.epilogue != GemmEpilogue::Bias) {
+    const char* epilogue_name = p.epilogue == GemmEpilogue::GeluBias ? "GELU"
+                                : p.epilogue == GemmEpilogue::DGelu  ? "GELU-gradient"
+                                                                     : "bias-gradient";
+    const char* kernel_name = p.epilogue == GemmEpilogue::GeluBias ? "GELU"
+                              : p.epilogue == GemmEpilogue::DGelu  ? "GELU backward"
+                                                                   : "column-sum";
     log_warn("cuBLASLt offers no {} epilogue for the GEMM {} (status {}): a {} kernel follows it instead",
-             forward ? "GELU" : "GELU-gradient", describe(p), static_cast<int>(status),
-             forward ? "GELU" : "GELU backward");
+             epilogue_name, describe(p), static_cast<int>(status), kernel_name);
   }
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
@@ -225,7 +233,8 @@ GemmKey GemmRunner::key_of(const GemmProblem& problem, const GemmPointers& ptrs)
   key.align_a = alignment_class(ptrs.a);
   key.align_b = alignment_class(ptrs.b);
   key.align_out = alignment_class(ptrs.out);
-  key.align_bias = ptrs.bias ? alignment_class(ptrs.bias) : 0;
+  const void* bias_vector = problem.epilogue == GemmEpilogue::BiasGrad ? ptrs.bias_grad : ptrs.bias;
+  key.align_bias = bias_vector ? alignment_class(bias_vector) : 0;
   key.align_aux = ptrs.pre_gelu ? alignment_class(ptrs.pre_gelu) : 0;
   return key;
 }
@@ -233,7 +242,7 @@ GemmKey GemmRunner::key_of(const GemmProblem& problem, const GemmPointers& ptrs)
 // GeluBias: a bias GEMM into pre_gelu, then the GELU kernel into out. DGelu: a plain GEMM into
 // out, then the GELU backward kernel on it in place.
 void GemmRunner::run_gelu_unfused(const GemmProblem& problem, const GemmPointers& ptrs) {
-  ++unfused_gelu_gemms_;
+  ++unfused_epilogue_gemms_;
   const bool forward = problem.epilogue == GemmEpilogue::GeluBias;
   GemmProblem product = problem;
   product.epilogue = forward ? GemmEpilogue::Bias : GemmEpilogue::None;
@@ -265,6 +274,16 @@ void GemmRunner::run(const GemmProblem& problem, const GemmPointers& ptrs) {
                              std::to_string(static_cast<int>(plan.status)) + ")");
   }
   launch(plan, problem, ptrs);
+}
+
+bool GemmRunner::run_if_offered(const GemmProblem& problem, const GemmPointers& ptrs) {
+  Plan& plan = plan_for(key_of(problem, ptrs), ptrs);
+  if (!plan.found) {
+    ++unfused_epilogue_gemms_;
+    return false;
+  }
+  launch(plan, problem, ptrs);
+  return true;
 }
 
 void GemmRunner::launch(Plan& plan, const GemmProblem& problem, const GemmPointers& ptrs) {

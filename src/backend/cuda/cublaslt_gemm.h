@@ -1,5 +1,5 @@
 // cuBLASLt GEMMs for the CUDA backend: the Backend's row-major matmul (with transposes, bias and
-// accumulate, plus an optional GELU epilogue) mapped onto cuBLASLt's column-major API, with one
+// accumulate, plus optional GELU and bias-gradient epilogues) mapped onto cuBLASLt's column-major API, with one
 // plan (matmul descriptor, layouts, heuristic algorithm) cached per problem key and one workspace.
 #pragma once
 #ifdef STRATA_HAVE_CUDA
@@ -21,6 +21,8 @@ enum class GemmEpilogue : uint8_t {
   Bias,         // out = a·b + bias
   GeluBias,     // out = gelu(a·b + bias), the pre-activation also written to `pre_gelu`
   DGelu,        // out = (a·b) ⊙ gelu'(pre_gelu): the GELU's backward fused into the product
+  BiasGrad,     // out = a·b [+ out], and bias_grad (n) = Σ over k of op(b): b's column sums, the
+                // bias gradient of a weight-gradient GEMM (cuBLASLt's BGRADA: its A is our b)
 };
 
 // A row-major request: out (m, n) = op(a) (m, k) · op(b) (k, n) [+ bias (n)].
@@ -76,6 +78,7 @@ struct GemmPointers {
   void* out = nullptr;
   const void* bias = nullptr;
   void* pre_gelu = nullptr;  // GeluBias (written) and DGelu (read): (m, n) in out's dtype
+  void* bias_grad = nullptr;  // BiasGrad (overwritten): (n) in out's dtype
 };
 
 class GemmRunner {
@@ -88,13 +91,18 @@ class GemmRunner {
   // Enqueues the product on the stream; k == 0 is handled by the caller. A GELU epilogue
   // cuBLASLt cannot fuse (shape, alignment, or no algorithm offered) runs unfused: a bias GEMM
   // into pre_gelu then the GELU kernel, or a plain GEMM then the GELU backward kernel; any
-  // other GEMM without an algorithm throws.
+  // other GEMM without an algorithm throws, a BiasGrad one included (see run_if_offered).
   void run(const GemmProblem& problem, const GemmPointers& ptrs);
+  // Enqueues the product if cuBLASLt offers an algorithm for it and returns true; otherwise
+  // enqueues nothing, counts it as unfused and returns false, so that the caller computes it
+  // another way (a BiasGrad GEMM: the plain GEMM and the column-sum kernel, whose workspace
+  // the caller owns).
+  bool run_if_offered(const GemmProblem& problem, const GemmPointers& ptrs);
   void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
   size_t cached_plans() const { return plans_.size(); }
-  // GELU and DGELU epilogue GEMMs run unfused so far (a shape the epilogue cannot take, or no
-  // algorithm offered): the fused path's absence shows here, not in the results.
-  size_t unfused_gelu_gemms() const { return unfused_gelu_gemms_; }
+  // Epilogue GEMMs (GELU, DGELU, bias gradient) run unfused so far (a shape the epilogue cannot
+  // take, or no algorithm offered): the fused path's absence shows here, not in the results.
+  size_t unfused_epilogue_gemms() const { return unfused_epilogue_gemms_; }
 
  private:
   struct Plan;
@@ -111,7 +119,7 @@ class GemmRunner {
   size_t workspace_bytes_ = 0;
   bool allow_tf32_ = false;
   std::unordered_map<GemmKey, std::unique_ptr<Plan>, GemmKeyHash> plans_;
-  size_t unfused_gelu_gemms_ = 0;
+  size_t unfused_epilogue_gemms_ = 0;
 };
 
 }  // namespace strata::cuda

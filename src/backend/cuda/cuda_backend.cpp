@@ -74,7 +74,7 @@ void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 void CudaBackend::set_allow_tf32(bool allow) { gemm_->set_allow_tf32(allow); }
 
 size_t CudaBackend::gemm_plans_cached() const { return gemm_->cached_plans(); }
-size_t CudaBackend::unfused_gelu_gemms() const { return gemm_->unfused_gelu_gemms(); }
+size_t CudaBackend::unfused_epilogue_gemms() const { return gemm_->unfused_epilogue_gemms(); }
 
 MemoryStats CudaBackend::memory_stats() const {
   MemoryStats stats;

@@ -60,6 +60,10 @@ class CudaBackend final : public Backend {
   // bf16/fp16: one GEMM with cuBLASLt's GELU+bias epilogue (GELU of the fp32 accumulator);
   // fp32: the unfused ops, which match the CPU backend's rounding.
   void linear_gelu_forward(Tensor out, Tensor pre, Tensor inp, Tensor weight, Tensor bias) override;
+  // bf16/fp16 with an fp32 (or the inputs') gradient dtype: dweight and the column sums of
+  // dout from one GEMM with cuBLASLt's bias-gradient epilogue, the sums then added to dbias;
+  // fp32: the unfused ops, which match the CPU backend's rounding.
+  void linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight) override;
   // bf16/fp16: dpre from one GEMM with cuBLASLt's DGELU epilogue (the product in fp32, times
   // gelu'(pre), rounded once); fp32: the unfused ops, which match the CPU backend's rounding.
   void linear_backward_gelu(Tensor dpre, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
@@ -86,7 +90,7 @@ class CudaBackend final : public Backend {
   // fp32 GEMMs may use TF32 tensor cores (off by default: exact fp32 like the CPU reference).
   void set_allow_tf32(bool allow);
   size_t gemm_plans_cached() const;
-  size_t unfused_gelu_gemms() const;  // GELU-epilogue GEMMs that ran unfused (GemmRunner)
+  size_t unfused_epilogue_gemms() const;  // epilogue GEMMs that ran unfused (GemmRunner)
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_index_; }
   void synchronize() override;

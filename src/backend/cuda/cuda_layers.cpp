@@ -1,5 +1,6 @@
-// CUDA backend, part 2: the GEMM-shaped layers — matmul (cuBLASLt), bias and layernorm
-// gradients (deterministic column reductions), flash attention and the fused cross-entropy.
+// CUDA backend, part 2: the GEMM-shaped layers — matmul (cuBLASLt, with the GELU, GELU-gradient
+// and bias-gradient epilogues), bias and layernorm gradients (deterministic column reductions),
+// flash attention and the fused cross-entropy.
 #ifdef STRATA_HAVE_CUDA
 #include <cstring>
 
@@ -91,6 +92,36 @@ void CudaBackend::linear_backward_gelu(Tensor dpre, Tensor dweight, Tensor dbias
   }
   matmul_dgelu(dpre, pre, dout, weight, false, /*trans_b=*/true);
   linear_backward(Tensor(), dweight, dbias, dout, inp, weight);
+}
+
+void CudaBackend::linear_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight) {
+  const char* op = "linear_backward";
+  const bool fusable = dbias.defined() && dout.dtype != DType::F32 && dbias.dtype == dweight.dtype;
+  if (!fusable) {
+    Backend::linear_backward(dinp, dweight, dbias, dout, inp, weight);
+    return;
+  }
+  require_device(op, {&dinp, &dweight, &dbias, &dout, &inp, &weight});
+  if (dinp.defined()) matmul(dinp, dout, weight, Tensor(), false, /*trans_b=*/true, false);
+  GemmProblem p = make_gemm_problem(op, dweight, inp, dout, Tensor(), /*trans_a=*/true, false, /*accumulate=*/true);
+  require(dbias.numel() == p.n, op, "dbias " + dbias.shape_string() + " for dout " + dout.shape_string());
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k > 0) {
+    // The epilogue overwrites its vector, and dbias accumulates: the sums land in scratch first.
+    Tensor column_sums(scratch(dbias.bytes()), dbias.dtype, {p.n}, Device::CUDA);
+    p.epilogue = GemmEpilogue::BiasGrad;
+    GemmPointers ptrs;
+    ptrs.a = inp.data;
+    ptrs.b = dout.data;
+    ptrs.out = dweight.data;
+    ptrs.bias_grad = column_sums.data;
+    if (gemm_->run_if_offered(p, ptrs)) {
+      add(dbias, dbias, column_sums);
+      return;
+    }
+  }
+  matmul(dweight, inp, dout, Tensor(), /*trans_a=*/true, false, /*accumulate=*/true);
+  bias_backward(dbias, dout);
 }
 
 void CudaBackend::bias_backward(Tensor dbias, Tensor dout) {

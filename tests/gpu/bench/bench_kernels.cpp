@@ -130,7 +130,7 @@ class Bench {
     const double ms = total_ms / iters_;
     const double floor_ms = std::max(bytes / bandwidth_, flops / peak_flops_) * 1e3;
     rows_.push_back({name, ms, bytes, flops, floor_ms});
-    std::printf("%-34s %10.1f us %8.0f GB/s %8.1f TFLOP/s  floor %9.1f us  %5.1f%%\n", name.c_str(), ms * 1e3,
+    std::printf("%-58s %10.1f us %8.0f GB/s %8.1f TFLOP/s  floor %9.1f us  %5.1f%%\n", name.c_str(), ms * 1e3,
                 bytes / ms / 1e6, flops / ms / 1e9, floor_ms * 1e3, 100.0 * floor_ms / ms);
     std::fflush(stdout);
   }
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
     std::printf("bench_kernels: %s, B=%lld T=%lld %s, copy bandwidth %.0f GB/s, peak %.0f TFLOP/s\n",
                 gpu.name().c_str(), static_cast<long long>(B), static_cast<long long>(T), dtype_name(dt),
                 bandwidth / 1e9, peak / 1e12);
-    std::printf("%-34s %13s %13s %16s %16s %6s\n", "op", "time", "bandwidth", "compute", "floor", "eff");
+    std::printf("%-58s %13s %13s %16s %16s %6s\n", "op", "time", "bandwidth", "compute", "floor", "eff");
     Bench bench(gpu, o.iters, bandwidth, peak);
     Pool pool(gpu);
 
@@ -223,9 +223,9 @@ int main(int argc, char** argv) {
               [&] { gpu.matmul(h, x, w_fc, b_fc, false, false, false); });
     // Whether cuBLASLt took a GELU epilogue for these shapes, from one untimed call.
     const auto epilogue_taken = [&](const std::function<void()>& call) {
-      const size_t before = gpu.unfused_gelu_gemms();
+      const size_t before = gpu.unfused_epilogue_gemms();
       call();
-      return gpu.unfused_gelu_gemms() == before ? std::string(" [fused]") : std::string(" [unfused: refused]");
+      return gpu.unfused_epilogue_gemms() == before ? std::string(" [fused]") : std::string(" [unfused: refused]");
     };
     const auto gelu_fc = [&] { gpu.matmul_gelu(h, h_pre, x, w_fc, b_fc, false, false); };
     bench.run("matmul_gelu fc (GELU epilogue)" + epilogue_taken(gelu_fc), es * (nc + 4.0 * C * C + 8 * nc),
@@ -239,6 +239,11 @@ int main(int argc, char** argv) {
               es * (nc + 4.0 * C * C + 8 * nc), 4 * gemm_flops_c, dgelu_proj);
     bench.run("matmul dW fc += x^T dh (fp32 acc)", es * (nc + 4 * nc) + 8.0 * 4 * C * C, 4 * gemm_flops_c,
               [&] { gpu.matmul(dw_fc, x, dh, Tensor(), true, false, true); });
+    // The same product with dbias from cuBLASLt's bias-gradient epilogue (what training runs in
+    // 16 bits), against the two rows above and "bias_backward" below.
+    const auto dw_dbias_fc = [&] { gpu.linear_backward(Tensor(), dw_fc, db_fc, dh, x, w_fc); };
+    bench.run("matmul dW fc + dbias (BGRADA epilogue)" + epilogue_taken(dw_dbias_fc),
+              es * (nc + 4 * nc) + 8.0 * 4 * C * C, 4 * gemm_flops_c, dw_dbias_fc);
     bench.run("matmul lm head (N,C)x(Vp,C)^T", es * (nc + Vp * C + static_cast<double>(N) * Vp),
               2.0 * N * C * Vp, [&] { gpu.matmul(logits, x, wte, Tensor(), false, true, false); });
     bench.run("bias_backward (N,4C)", es * 4 * nc + 8.0 * 4 * C, 0, [&] { gpu.bias_backward(db_fc, dh); });

@@ -1,8 +1,9 @@
 // cuBLASLt on the CPU for the emulator (mock/cublasLt.h): the documented matmul semantics —
 // column-major layouts with leading dimensions, TRANSA/TRANSB, alpha/beta with C (C unread when
 // beta is 0), f32/bf16/f16 operands, products in double rounded once to D's type, the BIAS and
-// GELU_AUX_BIAS epilogues and the DGELU one (the product times the tanh-GELU's derivative at the
-// aux input) — and the argument checks that make the real library refuse a call.
+// GELU_AUX_BIAS epilogues, the DGELU one (the product times the tanh-GELU's derivative at the
+// aux input) and BGRADA (op(A)'s row sums over k, in D's type, behind the bias pointer) — and
+// the argument checks that make the real library refuse a call.
 #include <cblas.h>
 #include <cublasLt.h>
 
@@ -48,6 +49,8 @@ cublasStatus_t read_attribute(const void* buf, size_t size, V* value) {
 }
 
 bool has_bias(uint32_t epilogue) { return epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+// The epilogues whose bias pointer holds a vector: read (a bias) or written (a bias gradient).
+bool has_bias_vector(uint32_t epilogue) { return has_bias(epilogue) || epilogue == CUBLASLT_EPILOGUE_BGRADA; }
 // The epilogues with a GELU input matrix: written by GELU_AUX_BIAS, read by DGELU.
 bool has_aux(uint32_t epilogue) { return epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epilogue == CUBLASLT_EPILOGUE_DGELU; }
 
@@ -81,10 +84,10 @@ cublasStatus_t check_configuration(const EmulatedMatmulDesc* desc, const Emulate
   if (a_m != m || b_k != k || b_n != n || c->rows != m || c->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
   const uint32_t e = desc->epilogue;
   if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
-      e != CUBLASLT_EPILOGUE_DGELU)
-    return CUBLAS_STATUS_NOT_SUPPORTED;  // the emulator implements these four only
-  // Bias elements have D's type (the exceptions are integer and FP8 kernels).
-  if (has_bias(e) && (desc->bias_type == -1 ? d->type : desc->bias_type) != d->type) return CUBLAS_STATUS_NOT_SUPPORTED;
+      e != CUBLASLT_EPILOGUE_DGELU && e != CUBLASLT_EPILOGUE_BGRADA)
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // the emulator implements these five only
+  // Bias (and bias gradient) elements have D's type (the exceptions are integer and FP8 kernels).
+  if (has_bias_vector(e) && (desc->bias_type == -1 ? d->type : desc->bias_type) != d->type) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (has_aux(e)) {
     // The GELU input's leading dimension must be a multiple of 8 and at least D's rows.
     if (desc->aux_ld % 8 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -327,9 +330,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (pointers[i] && reinterpret_cast<uintptr_t>(pointers[i]) % algo->data[2 + i] != 0)
       return CUBLAS_STATUS_NOT_SUPPORTED;  // less aligned than the algorithm was chosen for
   const uint32_t e = desc->epilogue;
-  if (has_bias(e) && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  if (has_bias_vector(e) && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
   if (has_aux(e) && !desc->aux) return CUBLAS_STATUS_INVALID_VALUE;
-  if (has_bias(e) && reinterpret_cast<uintptr_t>(desc->bias) % (algo->data[6] & 0xff) != 0)
+  if (has_bias_vector(e) && reinterpret_cast<uintptr_t>(desc->bias) % (algo->data[6] & 0xff) != 0)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (has_aux(e) && reinterpret_cast<uintptr_t>(desc->aux) % (algo->data[6] >> 8) != 0)
     return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -342,7 +345,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   require_device_range(b, b_layout->rows, b_layout->cols, b_layout->ld, ab_bytes, "B");
   if (beta_f != 0.0f) require_device_range(c, s.m, s.n, c_layout->ld, d_bytes, "C");
   require_device_range(d, s.m, s.n, d_layout->ld, d_bytes, "D");
-  if (has_bias(e)) require_device_range(desc->bias, s.m, 1, static_cast<int64_t>(s.m), d_bytes, "the bias");
+  if (has_bias_vector(e)) require_device_range(desc->bias, s.m, 1, static_cast<int64_t>(s.m), d_bytes, "the bias");
   if (has_aux(e)) require_device_range(desc->aux, s.m, s.n, desc->aux_ld, d_bytes, "the aux");
   if (algo->data[7] > 0 && !in_device_memory(workspace, static_cast<size_t>(algo->data[7])))
     throw EmulationError("cublasLtMatmul: the workspace is not inside one device allocation");
@@ -356,6 +359,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                 static_cast<int>(s.k), 1.0, da.data(), static_cast<int>(std::max<uint64_t>(a_layout->rows, 1)),
                 db.data(), static_cast<int>(std::max<uint64_t>(b_layout->rows, 1)), 0.0, product.data(),
                 static_cast<int>(std::max<uint64_t>(s.m, 1)));
+  }
+  if (e == CUBLASLT_EPILOGUE_BGRADA) {  // Σ over k of op(A)'s row i, before D is written
+    const std::vector<double> da = dense(a, *a_layout, tf32);
+    for (uint64_t i = 0; i < s.m; ++i) {
+      double sum = 0.0;
+      for (uint64_t kk = 0; kk < s.k; ++kk)
+        sum += desc->trans_a == CUBLAS_OP_N ? da[kk * a_layout->rows + i] : da[i * a_layout->rows + kk];
+      store(const_cast<void*>(desc->bias), d_layout->type, i, sum);
+    }
   }
   // Every element is computed before D is written, so C may alias D.
   for (uint64_t j = 0; j < s.n; ++j)

@@ -1,8 +1,8 @@
 // The cuBLASLt mock's own contract: it must refuse the calls the real library refuses (an
 // alignment the preference did not promise, a GELU input leading dimension that is not a
 // multiple of 8, a bias of another type, an attribute of the wrong size), or the emulated GPU op
-// tests could pass on plans a GPU would reject. And the CUDA backend's answer to a refused GELU
-// epilogue: the unfused path, not an abort.
+// tests could pass on plans a GPU would reject. And the CUDA backend's answer to a refused GELU,
+// GELU-gradient or bias-gradient epilogue: the unfused path, not an abort.
 #include <catch2/catch.hpp>
 
 #include <cublasLt.h>
@@ -48,6 +48,11 @@ TEST_CASE("emulated cuBLASLt: refuses what cuBLASLt refuses") {
   CHECK(heuristic() == CUBLAS_STATUS_SUCCESS);
   set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
   CHECK(heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+  // The same holds for the bias gradient the BGRADA epilogue writes.
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADA);
+  CHECK(heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
+  set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F);
+  CHECK(heuristic() == CUBLAS_STATUS_SUCCESS);
   // An attribute of the wrong size.
   const int32_t narrow_ld = 16;
   CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &narrow_ld, sizeof(narrow_ld)) ==
@@ -107,18 +112,56 @@ TEST_CASE("emulated GPU: a DGELU epilogue cuBLASLt does not offer runs as a GEMM
   CHECK(fused_rows != unfused_rows);
 }
 
-TEST_CASE("emulated GPU: the MLP's GELU and GELU-gradient GEMMs take the fused epilogues in bf16") {
+TEST_CASE("emulated GPU: the MLP's GEMMs take the fused GELU, GELU-gradient and bias-gradient epilogues in bf16") {
   // GPT-2-like widths (C 64, 4C 256) whose plans the library (here, the mock) offers: nothing
   // may fall back, or the plumbing of the epilogue attributes is wrong.
   const int64_t N = 48, C = 64;
   Mirrored x({N, C}, DType::BF16), w_fc({C, 4 * C}, DType::BF16), b_fc({4 * C}, DType::BF16);
   Mirrored pre({N, 4 * C}, DType::BF16), h({N, 4 * C}, DType::BF16), dh({N, 4 * C}, DType::BF16);
-  Mirrored w_proj({4 * C, C}, DType::BF16), dout({N, C}, DType::BF16);
-  Mirrored dw({4 * C, C}, DType::F32), db({C}, DType::F32);
+  Mirrored w_proj({4 * C, C}, DType::BF16), dout({N, C}, DType::BF16), dx({N, C}, DType::BF16);
+  Mirrored dw({4 * C, C}, DType::F32), db({C}, DType::F32), dw_fc({C, 4 * C}, DType::F32), db_fc({4 * C}, DType::F32);
   for (Mirrored* m : {&x, &w_fc, &b_fc, &w_proj, &dout}) m->randomize(97, 0.1f);
-  const size_t unfused_before = gpu().unfused_gelu_gemms();
+  const size_t unfused_before = gpu().unfused_epilogue_gemms();
   gpu().linear_gelu_forward(h.gpu_tensor, pre.gpu_tensor, x.gpu_tensor, w_fc.gpu_tensor, b_fc.gpu_tensor);
   gpu().linear_backward_gelu(dh.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, h.gpu_tensor,
                              w_proj.gpu_tensor, pre.gpu_tensor);
-  CHECK(gpu().unfused_gelu_gemms() == unfused_before);
+  gpu().linear_backward(dx.gpu_tensor, dw_fc.gpu_tensor, db_fc.gpu_tensor, dh.gpu_tensor, x.gpu_tensor,
+                        w_fc.gpu_tensor);
+  CHECK(gpu().unfused_epilogue_gemms() == unfused_before);
+}
+
+TEST_CASE("emulated GPU: a bias-gradient epilogue cuBLASLt does not offer runs as a GEMM and the column-sum kernel") {
+  const int64_t N = 40, In = 136, Out = 264;  // shapes no other test plans
+  Mirrored dout({N, Out}, DType::BF16), inp({N, In}, DType::BF16), w({In, Out}, DType::BF16);
+  Mirrored dw({In, Out}, DType::F32), db({Out}, DType::F32), dw_unfused({In, Out}, DType::F32);
+  Mirrored db_unfused({Out}, DType::F32);
+  dout.randomize(111, 0.1f);
+  inp.randomize(112);
+  for (Mirrored* g : {&dw, &dw_unfused}) g->randomize(113, 0.01f);
+  for (Mirrored* g : {&db, &db_unfused}) g->randomize(114, 0.01f);
+  mock_cublaslt_refuse_epilogue(CUBLASLT_EPILOGUE_BGRADA);
+  const size_t unfused_before = gpu().unfused_epilogue_gemms();
+  CHECK_NOTHROW(gpu().linear_backward(Tensor(), dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
+                                      w.gpu_tensor));
+  CHECK(gpu().unfused_epilogue_gemms() == unfused_before + 1);
+  mock_cublaslt_refuse_epilogue(CUBLASLT_EPILOGUE_DEFAULT);
+  gpu().matmul(dw_unfused.gpu_tensor, inp.gpu_tensor, dout.gpu_tensor, Tensor(), true, false, true);
+  gpu().bias_backward(db_unfused.gpu_tensor, dout.gpu_tensor);
+  CHECK(dw.gpu_bytes() == dw_unfused.gpu_bytes());
+  CHECK(db.gpu_bytes() == db_unfused.gpu_bytes());
+  // A shape planned afresh takes the epilogue: the same sums, accumulated into dbias.
+  const auto rows = [](const Mirrored& m, int64_t n) {
+    return Tensor(m.gpu_tensor.data, m.gpu_tensor.dtype, {n, m.gpu_tensor.dim(1)}, m.gpu_tensor.device);
+  };
+  Mirrored dw_fused({In, Out}, DType::F32), db_fused({Out}, DType::F32);
+  Mirrored dw_rows({In, Out}, DType::F32), db_rows({Out}, DType::F32);
+  for (Mirrored* g : {&dw_fused, &dw_rows}) g->randomize(115, 0.01f);
+  for (Mirrored* g : {&db_fused, &db_rows}) g->randomize(116, 0.01f);
+  gpu().linear_backward(Tensor(), dw_fused.gpu_tensor, db_fused.gpu_tensor, rows(dout, 32), rows(inp, 32),
+                        w.gpu_tensor);
+  CHECK(gpu().unfused_epilogue_gemms() == unfused_before + 1);
+  gpu().matmul(dw_rows.gpu_tensor, rows(inp, 32), rows(dout, 32), Tensor(), true, false, true);
+  gpu().bias_backward(db_rows.gpu_tensor, rows(dout, 32));
+  check_relative(dw_fused.gpu_values(), dw_rows.gpu_values(), 1e-6, "fused against unfused dweight");
+  check_relative(db_fused.gpu_values(), db_rows.gpu_values(), 1e-6, "fused against unfused dbias");
 }

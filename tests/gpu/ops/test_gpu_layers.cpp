@@ -348,3 +348,35 @@ TEST_CASE("gpu: linear_backward_gelu fuses the GELU gradient in bf16 and stays e
     }
   }
 }
+
+TEST_CASE("gpu: linear_backward takes the bias gradient from the weight-gradient GEMM in bf16, exact in fp32") {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const int64_t N = 256, In = 64, Out = 192;  // the QKV projection's shape, scaled down
+    Mirrored dout({N, Out}, dtype), inp({N, In}, dtype), w({In, Out}, dtype), dinp({N, In}, dtype);
+    Mirrored dw({In, Out}, DType::F32), db({Out}, DType::F32), dw2({In, Out}, DType::F32), db2({Out}, DType::F32);
+    dout.randomize(101, 0.1f);
+    inp.randomize(102);
+    w.randomize(103, 0.05f);
+    // Gradients that already hold a micro-batch: both must accumulate, not overwrite.
+    for (Mirrored* g : {&dw, &dw2}) g->randomize(104, 0.01f);
+    for (Mirrored* g : {&db, &db2}) g->randomize(105, 0.01f);
+    cpu().linear_backward(dinp.cpu_tensor, dw.cpu_tensor, db.cpu_tensor, dout.cpu_tensor, inp.cpu_tensor,
+                          w.cpu_tensor);
+    gpu().linear_backward(dinp.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
+                          w.gpu_tensor);
+    const std::string what = dtype_name(dtype);
+    check_relative(dinp.gpu_values(), dinp.cpu_values(), tolerance(dtype), "linear_backward dinp " + what);
+    check_relative(dw.gpu_values(), dw.cpu_values(), tolerance(dtype), "linear_backward dweight " + what);
+    check_relative(db.gpu_values(), db.cpu_values(), tolerance(dtype), "linear_backward dbias " + what);
+    // The same accumulation by the unfused ops on the GPU.
+    gpu().matmul(dw2.gpu_tensor, inp.gpu_tensor, dout.gpu_tensor, Tensor(), true, false, true);
+    gpu().bias_backward(db2.gpu_tensor, dout.gpu_tensor);
+    if (dtype == DType::F32) {  // fp32 runs the unfused ops
+      CHECK(dw2.gpu_bytes() == dw.gpu_bytes());
+      CHECK(db2.gpu_bytes() == db.gpu_bytes());
+    } else {  // the fused GEMM's dweight and the column-sum kernel's dbias agree to fp32 rounding
+      check_relative(dw.gpu_values(), dw2.gpu_values(), 1e-5, "fused against unfused dweight");
+      check_relative(db.gpu_values(), db2.gpu_values(), 1e-5, "fused against unfused dbias");
+    }
+  }
+}
