@@ -60,12 +60,14 @@ constexpr int kWmmaFloatPad = 4;   // floats appended to every fp32 tile row
 static_assert(kWmmaTile == kAttentionTile, "both paths share the tile grid of attention_tiles");
 static_assert(kWmmaWarps * kWmmaWarpRows == kWmmaTile, "the warps of a block cover its tile");
 
-// bf16 keeps 8 significant bits, so a probability (or dS) rounded to one bf16 value errs by up
-// to 2⁻⁹; summed over a thousand keys that exceeds the 1e-2 the tests hold bf16 to. Splitting
-// the operand into hi + lo (two bf16 values, two MMAs) brings it to ~2⁻¹⁷. fp16 (11 bits)
-// needs no split. Setting this to false trades that accuracy for fewer MMAs (FlashAttention's
-// numerics); the GPU tests then allow 5e-2 for bf16.
-constexpr bool kAttentionSplitBf16Operands = true;
+// How bf16 probabilities and dS enter the tensor-core products. bf16 keeps 8 significant bits,
+// so a probability (or dS) rounded to one bf16 value errs by up to 2⁻⁹; summed over a thousand
+// keys that exceeds the 1e-2 the tests hold bf16 to. Split (what training uses): the operand
+// goes in as hi + lo, two bf16 values and two MMAs, which brings it to ~2⁻¹⁷. Rounded: once,
+// as FlashAttention does, for a third fewer MMAs and errors up to ~5e-2 of a typical element;
+// built for head_dim 64 only (GPT-2's), so that bench_kernels can time what the split costs.
+// fp16 (11 bits) is never split.
+enum class AttentionBf16Operands : uint8_t { Split = 0, Rounded = 1 };
 
 // The tensor-core kernels serve 16-bit types, head_dim 64 or 128, and 16-byte aligned tensors
 // (every row of a head is then 16-byte aligned, so tiles move as 16-byte vectors).
@@ -140,15 +142,17 @@ inline size_t attention_wmma_dq_smem_bytes(int64_t head_dim) {
   return head_dim == 64 ? WmmaAttentionLayout<64>::kDqBytes : WmmaAttentionLayout<128>::kDqBytes;
 }
 
-// out (B, T, C) and lse (B, NH, T) are overwritten; qkv and out share `type`.
+// out (B, T, C) and lse (B, NH, T) are overwritten; qkv and out share `type`. bf16_operands
+// applies to the tensor-core kernels in bf16; Rounded at another head_dim is an invalid value.
 cudaError_t attention_forward(void* out, float* lse, const void* qkv, ElemType type, int64_t batch, int64_t seq,
-                              int64_t heads, int64_t head_dim, cudaStream_t stream);
+                              int64_t heads, int64_t head_dim, AttentionBf16Operands bf16_operands,
+                              cudaStream_t stream);
 
 // dqkv (B, T, 3C) is overwritten; dqkv, dout, qkv, out share `type`; workspace holds
 // attention_backward_workspace_bytes. Deterministic: dK/dV and dQ come from separate kernels,
 // each output element owned by one block.
 cudaError_t attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                ElemType type, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                               float* workspace, cudaStream_t stream);
+                               AttentionBf16Operands bf16_operands, float* workspace, cudaStream_t stream);
 
 }  // namespace strata::cuda

@@ -227,7 +227,7 @@ cudaError_t launch_backward(T* dqkv, const T* dout, const T* qkv, const float* l
 
 cudaError_t attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                ElemType type, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                               float* workspace, cudaStream_t stream) {
+                               AttentionBf16Operands bf16_operands, float* workspace, cudaStream_t stream) {
   if (!attention_head_dim_supported(head_dim)) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
   const bool tensor_cores =
@@ -242,7 +242,7 @@ cudaError_t attention_backward(void* dqkv, const void* dout, const void* qkv, co
     if (rc != cudaSuccess) return rc;
     if (tensor_cores)
       return detail::attention_backward_wmma(dqkv, dout, qkv, lse, workspace, type, batch, seq, heads, head_dim,
-                                             stream);
+                                             bf16_operands, stream);
     if (attention_dim_class(head_dim) == 64)
       return launch_backward<T, 64>(dst, g, x, lse, batch, seq, heads, head_dim, workspace, stream);
     return launch_backward<T, 128>(dst, g, x, lse, batch, seq, heads, head_dim, workspace, stream);

@@ -119,11 +119,12 @@ cudaError_t launch_forward(T* out, float* lse, const T* qkv, int64_t batch, int6
 }  // namespace
 
 cudaError_t attention_forward(void* out, float* lse, const void* qkv, ElemType type, int64_t batch, int64_t seq,
-                              int64_t heads, int64_t head_dim, cudaStream_t stream) {
+                              int64_t heads, int64_t head_dim, AttentionBf16Operands bf16_operands,
+                              cudaStream_t stream) {
   if (!attention_head_dim_supported(head_dim)) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
   if (attention_uses_tensor_cores(type, head_dim, aligned16(out) && aligned16(qkv)))
-    return detail::attention_forward_wmma(out, lse, qkv, type, batch, seq, heads, head_dim, stream);
+    return detail::attention_forward_wmma(out, lse, qkv, type, batch, seq, heads, head_dim, bf16_operands, stream);
   return dispatch_float(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (attention_dim_class(head_dim) == 64)

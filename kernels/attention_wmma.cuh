@@ -9,7 +9,6 @@
 #include <mma.h>
 
 #include <cmath>
-#include <type_traits>
 
 #include "attention.cuh"
 #include "device_helpers.cuh"
@@ -19,12 +18,38 @@ namespace strata::cuda::detail {
 // Tensor-core forward: same contract as attention_forward, for the case
 // attention_uses_tensor_cores(type, head_dim, aligned) accepts.
 cudaError_t attention_forward_wmma(void* out, float* lse, const void* qkv, ElemType type, int64_t batch, int64_t seq,
-                                   int64_t heads, int64_t head_dim, cudaStream_t stream);
+                                   int64_t heads, int64_t head_dim, AttentionBf16Operands bf16_operands,
+                                   cudaStream_t stream);
 
 // Tensor-core backward: dK/dV and dQ kernels; delta holds rowsum(dO ∘ O) per (b, h, t).
 cudaError_t attention_backward_wmma(void* dqkv, const void* dout, const void* qkv, const float* lse,
                                     const float* delta, ElemType type, int64_t batch, int64_t seq, int64_t heads,
-                                    int64_t head_dim, cudaStream_t stream);
+                                    int64_t head_dim, AttentionBf16Operands bf16_operands, cudaStream_t stream);
+
+// One tensor-core kernel family: element type, head dim, and whether bf16 operands are split.
+template <typename T, int kHeadDimValue, bool kSplitValue>
+struct WmmaVariant {
+  using type = T;
+  static constexpr int kHeadDim = kHeadDimValue;
+  static constexpr bool kSplit = kSplitValue;
+};
+
+// Calls launch(WmmaVariant<…>{}) for the family the arguments select: bf16 split (head_dim 64
+// or 128), bf16 rounded once (head_dim 64 only: another is an invalid value), or fp16, never
+// split.
+template <typename Launch>
+cudaError_t dispatch_wmma(ElemType type, int64_t head_dim, AttentionBf16Operands bf16_operands, const Launch& launch) {
+  if (type == ElemType::BF16) {
+    if (bf16_operands == AttentionBf16Operands::Rounded) {
+      if (head_dim != 64) return cudaErrorInvalidValue;
+      return launch(WmmaVariant<__nv_bfloat16, 64, false>{});
+    }
+    if (head_dim == 64) return launch(WmmaVariant<__nv_bfloat16, 64, true>{});
+    return launch(WmmaVariant<__nv_bfloat16, 128, true>{});
+  }
+  if (head_dim == 64) return launch(WmmaVariant<__half, 64, false>{});
+  return launch(WmmaVariant<__half, 128, false>{});
+}
 
 namespace wmma = nvcuda::wmma;
 
@@ -110,8 +135,5 @@ __device__ __forceinline__ void store_operand(T* hi, T* lo, int at, float v) {
   if constexpr (kSplit) lo[at] = from_float<T>(v - to_float(rounded));
 }
 
-// Whether the operands of type T are split into hi + lo (bf16 only, see attention.cuh).
-template <typename T>
-constexpr bool kSplitOperands = kAttentionSplitBf16Operands && std::is_same<T, __nv_bfloat16>::value;
 
 }  // namespace strata::cuda::detail

@@ -27,7 +27,7 @@ __device__ __forceinline__ HeadOffsets head_offsets(int bh, int seq, int heads, 
 // Block: 64 keys at k0, warp w owning keys k0 + 16w …; loops over the query tiles from the
 // diagonal on, 16 queries at a time per warp: Sᵀ and dPᵀ chunks (16 keys × 16 queries) by WMMA,
 // Pᵀ and dSᵀ by the lanes, then dV += Pᵀ·dO and dK += dSᵀ·Q for those 16 queries.
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kSplit>
 __global__ void __launch_bounds__(kWmmaThreads)
     attention_wmma_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int seq,
                                int heads, float scale, float scale_log2) {
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kWmmaThreads)
   constexpr int kTileElements = kWmmaTile * kTileLd;
   constexpr int kDimSteps = kHeadDim / kWmmaFragment;
   constexpr int kQuerySteps = kWmmaTile / kWmmaFragment;
-  constexpr int kParts = kSplitOperands<T> ? 2 : 1;
+  constexpr int kParts = kSplit ? 2 : 1;  // bf16 Pᵀ and dSᵀ as hi + lo (see AttentionBf16Operands)
   constexpr int kOperandElements = kWmmaWarpRows * kOperandLd;
   // At head_dim 64 the warp's K and V rows fit in registers for the whole kernel (shared memory,
   // not registers, caps its occupancy); at 128 they are re-read from shared memory per use.
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kWmmaThreads)
 // Block: 64 queries at q0, warp w owning queries q0 + 16w …; loops over the key tiles up to the
 // diagonal, 16 keys at a time: S and dP chunks (16 queries × 16 keys), dS by the lanes, then
 // dQ += dS·K for those 16 keys.
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kSplit>
 __global__ void __launch_bounds__(kWmmaThreads)
     attention_wmma_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int seq,
                              int heads, float scale, float scale_log2) {
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kWmmaThreads)
   constexpr int kTileElements = kWmmaTile * kTileLd;
   constexpr int kDimSteps = kHeadDim / kWmmaFragment;
   constexpr int kKeySteps = kWmmaTile / kWmmaFragment;
-  constexpr int kParts = kSplitOperands<T> ? 2 : 1;
+  constexpr int kParts = kSplit ? 2 : 1;  // bf16 dS as hi + lo (see AttentionBf16Operands)
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* q_tile = reinterpret_cast<T*>(smem + Layout::kDqQ);        // (64, D) this block's queries
@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(kWmmaThreads)
                                         scale);
 }
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kSplit>
 cudaError_t launch_backward(void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta,
                             int64_t batch, int64_t seq, int64_t heads, cudaStream_t stream) {
   using Layout = WmmaAttentionLayout<kHeadDim>;
@@ -354,7 +354,7 @@ cudaError_t launch_backward(void* dqkv, const void* dout, const void* qkv, const
   const auto* x = static_cast<const T*>(qkv);
   const int s = static_cast<int>(seq), nh = static_cast<int>(heads);
 
-  auto dkdv = attention_wmma_dkdv_kernel<T, kHeadDim>;
+  auto dkdv = attention_wmma_dkdv_kernel<T, kHeadDim, kSplit>;
   cudaError_t rc = cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(Layout::kDkdvBytes));
   if (rc != cudaSuccess) return rc;
@@ -362,32 +362,26 @@ cudaError_t launch_backward(void* dqkv, const void* dout, const void* qkv, const
   rc = cudaGetLastError();
   if (rc != cudaSuccess) return rc;
 
-  auto dq = attention_wmma_dq_kernel<T, kHeadDim>;
+  auto dq = attention_wmma_dq_kernel<T, kHeadDim, kSplit>;
   rc = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout::kDqBytes));
   if (rc != cudaSuccess) return rc;
   dq<<<grid, kWmmaThreads, Layout::kDqBytes, stream>>>(dst, g, x, lse, delta, s, nh, scale, scale_log2);
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t launch_backward_for_dim(void* dqkv, const void* dout, const void* qkv, const float* lse,
-                                    const float* delta, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                                    cudaStream_t stream) {
-  if (head_dim == 64) return launch_backward<T, 64>(dqkv, dout, qkv, lse, delta, batch, seq, heads, stream);
-  return launch_backward<T, 128>(dqkv, dout, qkv, lse, delta, batch, seq, heads, stream);
-}
-
 }  // namespace
 
 cudaError_t attention_backward_wmma(void* dqkv, const void* dout, const void* qkv, const float* lse,
                                     const float* delta, ElemType type, int64_t batch, int64_t seq, int64_t heads,
-                                    int64_t head_dim, cudaStream_t stream) {
+                                    int64_t head_dim, AttentionBf16Operands bf16_operands, cudaStream_t stream) {
   const bool aligned = aligned16(dqkv) && aligned16(dout) && aligned16(qkv);
   if (!attention_uses_tensor_cores(type, head_dim, aligned)) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
-  if (type == ElemType::BF16)
-    return launch_backward_for_dim<__nv_bfloat16>(dqkv, dout, qkv, lse, delta, batch, seq, heads, head_dim, stream);
-  return launch_backward_for_dim<__half>(dqkv, dout, qkv, lse, delta, batch, seq, heads, head_dim, stream);
+  return dispatch_wmma(type, head_dim, bf16_operands, [&](auto variant) {
+    using V = decltype(variant);
+    return launch_backward<typename V::type, V::kHeadDim, V::kSplit>(dqkv, dout, qkv, lse, delta, batch, seq, heads,
+                                                                     stream);
+  });
 }
 
 }  // namespace strata::cuda::detail

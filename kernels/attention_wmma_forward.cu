@@ -6,7 +6,7 @@
 namespace strata::cuda::detail {
 namespace {
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kSplit>
 __global__ void __launch_bounds__(kWmmaThreads, kHeadDim == 64 ? 3 : 2)
     attention_wmma_forward_kernel(T* out, float* lse, const T* qkv, int seq, int heads, float scale_log2) {
   using Layout = WmmaAttentionLayout<kHeadDim>;
@@ -14,7 +14,7 @@ __global__ void __launch_bounds__(kWmmaThreads, kHeadDim == 64 ? 3 : 2)
   constexpr int kChunkLd = Layout::kChunkLd;
   constexpr int kDimSteps = kHeadDim / kWmmaFragment;
   constexpr int kKeySteps = kWmmaTile / kWmmaFragment;
-  constexpr int kParts = kSplitOperands<T> ? 2 : 1;
+  constexpr int kParts = kSplit ? 2 : 1;  // bf16 probabilities as hi + lo (see AttentionBf16Operands)
   constexpr int kColumnsPerLane = kWmmaTile / 2;
 
   extern __shared__ __align__(128) unsigned char smem[];
@@ -158,11 +158,11 @@ __global__ void __launch_bounds__(kWmmaThreads, kHeadDim == 64 ? 3 : 2)
   if (parity == 0 && qi < seq) lse[static_cast<int64_t>(bh) * seq + qi] = row_max * kLn2 + logf(row_sum);
 }
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kSplit>
 cudaError_t launch_forward(void* out, float* lse, const void* qkv, int64_t batch, int64_t seq, int64_t heads,
                            cudaStream_t stream) {
   const size_t smem = WmmaAttentionLayout<kHeadDim>::kFwdBytes;
-  auto kernel = attention_wmma_forward_kernel<T, kHeadDim>;
+  auto kernel = attention_wmma_forward_kernel<T, kHeadDim, kSplit>;
   const cudaError_t rc =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (rc != cudaSuccess) return rc;
@@ -173,22 +173,17 @@ cudaError_t launch_forward(void* out, float* lse, const void* qkv, int64_t batch
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t launch_forward_for_dim(void* out, float* lse, const void* qkv, int64_t batch, int64_t seq, int64_t heads,
-                                   int64_t head_dim, cudaStream_t stream) {
-  if (head_dim == 64) return launch_forward<T, 64>(out, lse, qkv, batch, seq, heads, stream);
-  return launch_forward<T, 128>(out, lse, qkv, batch, seq, heads, stream);
-}
-
 }  // namespace
 
 cudaError_t attention_forward_wmma(void* out, float* lse, const void* qkv, ElemType type, int64_t batch, int64_t seq,
-                                   int64_t heads, int64_t head_dim, cudaStream_t stream) {
+                                   int64_t heads, int64_t head_dim, AttentionBf16Operands bf16_operands,
+                                   cudaStream_t stream) {
   if (!attention_uses_tensor_cores(type, head_dim, aligned16(out) && aligned16(qkv))) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
-  if (type == ElemType::BF16)
-    return launch_forward_for_dim<__nv_bfloat16>(out, lse, qkv, batch, seq, heads, head_dim, stream);
-  return launch_forward_for_dim<__half>(out, lse, qkv, batch, seq, heads, head_dim, stream);
+  return dispatch_wmma(type, head_dim, bf16_operands, [&](auto variant) {
+    using V = decltype(variant);
+    return launch_forward<typename V::type, V::kHeadDim, V::kSplit>(out, lse, qkv, batch, seq, heads, stream);
+  });
 }
 
 }  // namespace strata::cuda::detail

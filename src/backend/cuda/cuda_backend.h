@@ -17,6 +17,7 @@ namespace cuda {
 
 class GemmRunner;
 enum class GemmEpilogue : uint8_t;
+enum class AttentionBf16Operands : uint8_t;  // kernels/attention.cuh
 
 
 // Dtype rules (std::invalid_argument otherwise): tensors an op reads and writes together share
@@ -89,6 +90,10 @@ class CudaBackend final : public Backend {
   void matmul_dgelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, bool trans_a, bool trans_b);
   // fp32 GEMMs may use TF32 tensor cores (off by default: exact fp32 like the CPU reference).
   void set_allow_tf32(bool allow);
+  // How bf16 probabilities enter the tensor-core attention (kernels/attention.cuh): Split, the
+  // default, keeps bf16 within 1e-2 of fp32; Rounded (head_dim 64 only) is FlashAttention's
+  // numerics, for bench_kernels to time what the split costs.
+  void set_attention_bf16_operands(AttentionBf16Operands operands) { attention_bf16_operands_ = operands; }
   size_t gemm_plans_cached() const;
   size_t unfused_epilogue_gemms() const;  // epilogue GEMMs that ran unfused (GemmRunner)
   cudaStream_t stream() const { return stream_; }
@@ -119,6 +124,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<GemmRunner> gemm_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  AttentionBf16Operands attention_bf16_operands_{};  // zero: Split
   int* bad_row_device_ = nullptr;
   int* bad_row_host_ = nullptr;      // pinned
   double* result_host_ = nullptr;    // pinned

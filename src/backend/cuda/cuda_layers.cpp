@@ -192,7 +192,8 @@ void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_he
   const ElemType type = common_elem_type(op, {&qkv, &out});
   float* lse_f = f32_or_null(lse, op, "lse");
   require(lse_f != nullptr, op, "lse is required");
-  CUDA_CHECK(cuda::attention_forward(out.data, lse_f, qkv.data, type, s.batch, s.seq, s.heads, s.head_dim, stream_));
+  CUDA_CHECK(cuda::attention_forward(out.data, lse_f, qkv.data, type, s.batch, s.seq, s.heads, s.head_dim,
+                                     attention_bf16_operands_, stream_));
 }
 
 void CudaBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head) {
@@ -207,7 +208,7 @@ void CudaBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tenso
   require(lse_f != nullptr, op, "lse is required");
   auto* delta = static_cast<float*>(scratch(attention_backward_workspace_bytes(s.batch, s.heads, s.seq)));
   CUDA_CHECK(cuda::attention_backward(dqkv.data, dout.data, qkv.data, out.data, lse_f, type, s.batch, s.seq, s.heads,
-                                      s.head_dim, delta, stream_));
+                                      s.head_dim, attention_bf16_operands_, delta, stream_));
 }
 
 void CudaBackend::softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size,

@@ -14,19 +14,24 @@ kernels::ElemType elem_type(HalfType type) {
   return type == HalfType::BF16 ? kernels::ElemType::BF16 : kernels::ElemType::F16;
 }
 
+kernels::AttentionBf16Operands operands_of(Bf16Operands operands) {
+  return operands == Bf16Operands::Split ? kernels::AttentionBf16Operands::Split
+                                         : kernels::AttentionBf16Operands::Rounded;
+}
+
 }  // namespace
 
-int attention_forward(void* out, float* lse, const void* qkv, HalfType type, const AttentionShape& shape) {
+int attention_forward(void* out, float* lse, const void* qkv, HalfType type, const AttentionShape& shape,
+                      Bf16Operands operands) {
   return kernels::detail::attention_forward_wmma(out, lse, qkv, elem_type(type), shape.batch, shape.seq, shape.heads,
-                                                 shape.head_dim, nullptr);
+                                                 shape.head_dim, operands_of(operands), nullptr);
 }
 
 int attention_backward(void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta,
-                       HalfType type, const AttentionShape& shape) {
+                       HalfType type, const AttentionShape& shape, Bf16Operands operands) {
   return kernels::detail::attention_backward_wmma(dqkv, dout, qkv, lse, delta, elem_type(type), shape.batch,
-                                                  shape.seq, shape.heads, shape.head_dim, nullptr);
+                                                  shape.seq, shape.heads, shape.head_dim, operands_of(operands),
+                                                  nullptr);
 }
-
-bool splits_bf16_operands() { return kernels::kAttentionSplitBf16Operands; }
 
 }  // namespace strata::emu

@@ -17,6 +17,9 @@ class EmulationError : public std::runtime_error {
 };
 
 enum class HalfType { BF16, F16 };
+// kernels/attention.cuh's AttentionBf16Operands: bf16 probabilities and dS enter the MMAs as
+// hi + lo pairs (Split, what training uses) or rounded once (Rounded, head_dim 64 only).
+enum class Bf16Operands { Split, Rounded };
 
 struct AttentionShape {
   int64_t batch = 1;
@@ -30,17 +33,14 @@ struct AttentionShape {
 // dqkv (B, T, 3C). Pointers must be 16-byte aligned host memory. Each call runs the whole grid
 // on the emulator before it returns; the result is the launcher's cudaError_t (0 = success).
 // Throws EmulationError when a kernel breaks a checked rule.
-int attention_forward(void* out, float* lse, const void* qkv, HalfType type, const AttentionShape& shape);
+int attention_forward(void* out, float* lse, const void* qkv, HalfType type, const AttentionShape& shape,
+                      Bf16Operands operands = Bf16Operands::Split);
 int attention_backward(void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta,
-                       HalfType type, const AttentionShape& shape);
+                       HalfType type, const AttentionShape& shape, Bf16Operands operands = Bf16Operands::Split);
 
 // The forward kernel built from the same source with one planted bug (the first
 // __syncthreads() of its key-tile loop removed), so tests can prove the emulator notices.
 int mutant_attention_forward(void* out, float* lse, const void* qkv, HalfType type, const AttentionShape& shape);
-
-// kernels/attention.cuh's kAttentionSplitBf16Operands: whether bf16 probabilities and dS go
-// into the MMAs as hi + lo pairs (the GPU tests then hold bf16 to 1e-2, else to 5e-2).
-bool splits_bf16_operands();
 
 // Seeds the scheduler (thread order within a block, block order within a grid, and when each
 // cp.async copy lands). Results of a correct kernel must not depend on it.

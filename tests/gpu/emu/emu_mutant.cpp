@@ -11,7 +11,7 @@ int mutant_attention_forward(void* out, float* lse, const void* qkv, HalfType ty
   namespace kernels = ::strata::cuda_emulated_mutant;
   const kernels::ElemType elem = type == HalfType::BF16 ? kernels::ElemType::BF16 : kernels::ElemType::F16;
   return kernels::detail::attention_forward_wmma(out, lse, qkv, elem, shape.batch, shape.seq, shape.heads,
-                                                 shape.head_dim, nullptr);
+                                                 shape.head_dim, kernels::AttentionBf16Operands::Split, nullptr);
 }
 
 }  // namespace strata::emu

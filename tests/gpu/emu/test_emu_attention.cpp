@@ -68,8 +68,11 @@ class GuardedTensor {
 
 DType dtype_of(HalfType type) { return type == HalfType::BF16 ? DType::BF16 : DType::F16; }
 
-// tests/gpu/ops/test_gpu_attention.cpp's tolerance for the tensor-core path.
-double tolerance(HalfType type) { return type == HalfType::BF16 && !emu::splits_bf16_operands() ? 5e-2 : 1e-2; }
+// tests/gpu/ops/test_gpu_attention.cpp's tolerances for the tensor-core path: 1e-2, and 5e-2
+// for bf16 operands rounded once (FlashAttention's numerics).
+double tolerance(HalfType type, emu::Bf16Operands operands = emu::Bf16Operands::Split) {
+  return type == HalfType::BF16 && operands == emu::Bf16Operands::Rounded ? 5e-2 : 1e-2;
+}
 
 std::string describe(HalfType type, const AttentionShape& s) {
   return std::string(dtype_name(dtype_of(type))) + " B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
@@ -168,20 +171,20 @@ struct Emulated {
 
 // Forward from qkv; backward from the CPU's out and lse (as the GPU tests do, so that the
 // backward is judged alone).
-void run_emulated(const Problem& p, Emulated& e) {
-  REQUIRE(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, p.shape) == 0);
+void run_emulated(const Problem& p, Emulated& e, emu::Bf16Operands operands = emu::Bf16Operands::Split) {
+  REQUIRE(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, p.shape, operands) == 0);
   REQUIRE(emu::attention_backward(e.dqkv.data(), p.dout.data(), p.qkv.data(), p.lse.f32(), p.delta.f32(), p.type,
-                                  p.shape) == 0);
+                                  p.shape, operands) == 0);
   CHECK(e.out.guards_intact());
   CHECK(e.lse.guards_intact());
   CHECK(e.dqkv.guards_intact());
 }
 
-void check_against_cpu(const Problem& p) {
+void check_against_cpu(const Problem& p, emu::Bf16Operands operands = emu::Bf16Operands::Split) {
   const std::string what = describe(p.type, p.shape);
-  const double tol = tolerance(p.type);
+  const double tol = tolerance(p.type, operands);
   Emulated e(p);
-  run_emulated(p, e);
+  run_emulated(p, e, operands);
   check_close(e.out.values(), p.out.values(), tol, "out " + what);
   check_close(e.lse.values(), p.lse.values(), 1e-5, "lse " + what);
 
@@ -230,6 +233,28 @@ TEST_CASE("fp16 tensor-core attention at head dim 64 matches the CPU backend") {
 
 TEST_CASE("fp16 tensor-core attention at head dim 128 matches the CPU backend") {
   check_sequence_lengths(HalfType::F16, 128);
+}
+
+TEST_CASE("bf16 tensor-core attention with operands rounded once stays within 5e-2 and differs from the split") {
+  for (int64_t seq : {17, 129}) {
+    const Problem p(HalfType::BF16, AttentionShape{1, seq, 2, 64});
+    check_against_cpu(p, emu::Bf16Operands::Rounded);
+    // Really another kernel: its products see other operands than the split's.
+    Emulated split(p), rounded(p);
+    run_emulated(p, split);
+    run_emulated(p, rounded, emu::Bf16Operands::Rounded);
+    CHECK(split.out.bytes() != rounded.out.bytes());
+    CHECK(split.dqkv.bytes() != rounded.dqkv.bytes());
+  }
+  // Built for head_dim 64 only: 128 is refused, and writes nothing.
+  const Problem p(HalfType::BF16, AttentionShape{1, 17, 1, 128});
+  Emulated e(p);
+  CHECK(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, p.shape, emu::Bf16Operands::Rounded) !=
+        0);
+  CHECK(emu::attention_backward(e.dqkv.data(), p.dout.data(), p.qkv.data(), p.lse.f32(), p.delta.f32(), p.type,
+                                p.shape, emu::Bf16Operands::Rounded) != 0);
+  const std::vector<float> out = e.out.values();
+  CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
 }
 
 TEST_CASE("tensor-core attention over many batch entries and heads with T a tile multiple plus one") {
