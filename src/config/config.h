@@ -320,7 +320,7 @@ struct Config {
   CheckpointConfig checkpoint;
   /// Metrics and samples.
   LoggingConfig logging;
-  /// auto, cpu or cuda; cuda is not supported yet, so auto means the CPU today.
+  /// auto (CUDA when this process sees a usable GPU, else the CPU), cpu or cuda.
   DeviceKind device = DeviceKind::Auto;
   /// Communication backend.
   CommConfig comm;
