@@ -1,6 +1,7 @@
 // Embedding kernels. Forward: one block per token row, 16-byte packs when rows are aligned.
 // Backward: dwpe by one thread per (t, c) summing the batch in order; dwte by sorting
-// (id, position) pairs stably and letting the block at each run's start own that row.
+// (id, position) pairs stably and letting the block at each run's start own that row. The
+// table may be one rank's vocabulary slice (tensor parallelism): ids are offset by its first row.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "device_helpers.cuh"
@@ -15,41 +16,52 @@ using detail::to_float;
 
 constexpr int kRowThreads = 128;
 
+// Row `row` holds wte[id − vocab_start] + wpe[t]. An id outside the table's rows is reported
+// through bad_row, or (bad_row null: the table is one rank's vocabulary slice) gives a zero row;
+// wpe null adds no positions.
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t seq,
-                                         int64_t channels, int64_t vocab, bool packed, int* bad_row) {
+                                         int64_t channels, int64_t vocab, int64_t vocab_start, bool packed,
+                                         int* bad_row) {
   const int64_t row = blockIdx.x;
-  const int32_t id = tokens[row];
-  if (id < 0 || id >= vocab) {
+  const int64_t local = static_cast<int64_t>(tokens[row]) - vocab_start;
+  const bool inside = local >= 0 && local < vocab;
+  if (!inside && bad_row) {
     if (threadIdx.x == 0) atomicMin(bad_row, static_cast<int>(row));
     return;
   }
   const int64_t t = row % seq;
-  const T* e = wte + id * channels;
-  const T* p = wpe + t * channels;
+  const T* e = inside ? wte + local * channels : nullptr;
+  const T* p = wpe ? wpe + t * channels : nullptr;
   T* o = out + row * channels;
   if (packed) {
     using P = Pack<T>;
     for (int64_t k = threadIdx.x; k < channels / P::kSize; k += kRowThreads) {
-      const P a = reinterpret_cast<const P*>(e)[k], b = reinterpret_cast<const P*>(p)[k];
-      P y;
+      P a{}, b{}, y;
+      if (e) a = reinterpret_cast<const P*>(e)[k];
+      if (p) b = reinterpret_cast<const P*>(p)[k];
 #pragma unroll
-      for (int i = 0; i < P::kSize; ++i) y.v[i] = from_float<T>(__fadd_rn(to_float(a.v[i]), to_float(b.v[i])));
+      for (int i = 0; i < P::kSize; ++i) {
+        const float ea = e ? to_float(a.v[i]) : 0.0f, pb = p ? to_float(b.v[i]) : 0.0f;
+        y.v[i] = from_float<T>(__fadd_rn(ea, pb));
+      }
       reinterpret_cast<P*>(o)[k] = y;
     }
   } else {
     for (int64_t c = threadIdx.x; c < channels; c += kRowThreads) {
-      o[c] = from_float<T>(__fadd_rn(to_float(e[c]), to_float(p[c])));
+      o[c] = from_float<T>(__fadd_rn(e ? to_float(e[c]) : 0.0f, p ? to_float(p[c]) : 0.0f));
     }
   }
 }
 
-// keys = id (or vocab for a bad id), values = position: the sort's input.
-__global__ void sort_input_kernel(const int32_t* tokens, int64_t n, int64_t vocab, uint32_t* keys, int32_t* positions) {
+// keys = the id's row of the table, id − vocab_start (or vocab for an id outside it), values =
+// position: the sort's input.
+__global__ void sort_input_kernel(const int32_t* tokens, int64_t n, int64_t vocab, int64_t vocab_start,
+                                  uint32_t* keys, int32_t* positions) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const int32_t id = tokens[i];
-  keys[i] = (id >= 0 && id < vocab) ? static_cast<uint32_t>(id) : static_cast<uint32_t>(vocab);
+  const int64_t local = static_cast<int64_t>(tokens[i]) - vocab_start;
+  keys[i] = (local >= 0 && local < vocab) ? static_cast<uint32_t>(local) : static_cast<uint32_t>(vocab);
   positions[i] = static_cast<int32_t>(i);
 }
 
@@ -131,8 +143,8 @@ SortLayout sort_layout(int64_t n, int64_t vocab) {
 }  // namespace
 
 cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, ElemType type,
-                              int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int* bad_row,
-                              cudaStream_t stream) {
+                              int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int64_t vocab_start,
+                              int* bad_row, cudaStream_t stream) {
   const int64_t rows = batch * seq;
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const bool packed = aligned16(out) && aligned16(wte) && aligned16(wpe) &&
@@ -141,7 +153,7 @@ cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte,
     using T = typename decltype(tag)::type;
     embedding_forward_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
         static_cast<T*>(out), tokens, static_cast<const T*>(wte), static_cast<const T*>(wpe), seq, channels, vocab,
-        packed, bad_row);
+        vocab_start, packed, bad_row);
     return cudaGetLastError();
   });
 }
@@ -152,8 +164,8 @@ size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
 
 cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemType dwpe_type, const void* dout,
                                ElemType dout_type, const int32_t* tokens, int64_t batch, int64_t seq,
-                               int64_t channels, int64_t vocab, void* workspace, size_t workspace_bytes,
-                               cudaStream_t stream) {
+                               int64_t channels, int64_t vocab, int64_t vocab_start, void* workspace,
+                               size_t workspace_bytes, cudaStream_t stream) {
   const int64_t n = batch * seq;
   if (n <= 0 || channels <= 0) return cudaSuccess;
   const SortLayout l = sort_layout(n, vocab);
@@ -163,7 +175,8 @@ cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemT
   auto* keys_out = reinterpret_cast<uint32_t*>(base + l.keys_out);
   auto* vals_in = reinterpret_cast<int32_t*>(base + l.vals_in);
   auto* vals_out = reinterpret_cast<int32_t*>(base + l.vals_out);
-  sort_input_kernel<<<static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream>>>(tokens, n, vocab, keys_in, vals_in);
+  sort_input_kernel<<<static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream>>>(tokens, n, vocab, vocab_start,
+                                                                                  keys_in, vals_in);
   cudaError_t rc = cudaGetLastError();
   if (rc != cudaSuccess) return rc;
   size_t temp_bytes = l.temp_bytes;
@@ -173,8 +186,10 @@ cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemT
   return detail::dispatch_float(dout_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* g = static_cast<const T*>(dout);
-    dwpe_kernel<T><<<static_cast<unsigned>(elementwise_blocks(seq * channels)), kElementwiseThreads, 0, stream>>>(
-        dwpe, dwpe_type, g, batch, seq, channels);
+    if (dwpe) {
+      dwpe_kernel<T><<<static_cast<unsigned>(elementwise_blocks(seq * channels)), kElementwiseThreads, 0, stream>>>(
+          dwpe, dwpe_type, g, batch, seq, channels);
+    }
     dwte_kernel<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dwte, dwte_type, g, keys_out, vals_out, n,
                                                                        channels, vocab);
     return cudaGetLastError();

@@ -18,20 +18,25 @@ inline int embedding_sort_bits(int64_t vocab) {
   return bits;
 }
 
-// out (B·T, C) = wte[tokens] + wpe[t]; out, wte, wpe share `type`. A row whose id is outside
-// [0, V) is left unwritten and *bad_row is lowered to that row (atomicMin on an int).
+// out (B·T, C) = wte[tokens − vocab_start] + wpe[t]; out, wte, wpe share `type`; wte has `vocab`
+// rows: the whole table (vocab_start 0) or a rank's vocabulary slice. A row whose id is outside
+// [vocab_start, vocab_start + vocab) is, with bad_row, left unwritten and *bad_row lowered to that
+// row (atomicMin on an int); without bad_row (a slice: another rank holds the id) written as 0
+// plus its position. wpe may be null: no position added.
 cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, ElemType type,
-                              int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int* bad_row,
-                              cudaStream_t stream);
+                              int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int64_t vocab_start,
+                              int* bad_row, cudaStream_t stream);
 
 // Scratch the backward needs for batch·seq tokens (sort buffers and CUB's temporary storage).
 size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
 
-// dwte (V, C) and dwpe (≥T, C) accumulate dout (B·T, C) in position order; out-of-range ids
-// are skipped (embedding_forward reports them). dout has `dout_type`; the gradients their own.
+// dwte (V, C) (rows [vocab_start, vocab_start + V) of the table) and dwpe (≥T, C) accumulate dout
+// (B·T, C) in position order; ids outside those rows are skipped (embedding_forward reports
+// them, or another rank holds them). dwpe may be null. dout has `dout_type`; the gradients their
+// own.
 cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemType dwpe_type, const void* dout,
                                ElemType dout_type, const int32_t* tokens, int64_t batch, int64_t seq,
-                               int64_t channels, int64_t vocab, void* workspace, size_t workspace_bytes,
-                               cudaStream_t stream);
+                               int64_t channels, int64_t vocab, int64_t vocab_start, void* workspace,
+                               size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace strata::cuda

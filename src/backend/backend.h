@@ -112,6 +112,9 @@ class Backend {
                       bool accumulate) = 0;
   // dbias (N) += Σ over rows of dout (M, N).
   virtual void bias_backward(Tensor dbias, Tensor dout) = 0;
+  // out (M, N) += bias (N) on every row, rounded to out's dtype: the bias of a row-parallel
+  // linear layer, added once after its partial products were summed over the TP group.
+  virtual void add_bias(Tensor out, Tensor bias) = 0;
   // out = a + b elementwise (same numel); out may alias a or b.
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;
 
@@ -150,6 +153,16 @@ class Backend {
   // dwte, dwpe accumulate dout (B, T, C) in a fixed order (deterministic).
   virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
 
+  // Vocab-parallel embedding (tensor parallelism): wte_slice holds rows [vocab_start,
+  // vocab_start + V_slice) of the table. out (B, T, C) = wte_slice[id − vocab_start] for ids
+  // inside the slice and 0 for the others, plus wpe[t] when wpe (optional) is defined;
+  // overwrites. Ids outside the slice are not errors: another rank holds their rows.
+  virtual void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) = 0;
+  // dwte_slice accumulates the dout rows of the ids inside the slice (the others are skipped);
+  // dwpe (optional) accumulates as in embedding_backward; deterministic.
+  virtual void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
+                                        int64_t vocab_start) = 0;
+
   // Fused softmax + cross-entropy over rows of logits (N, Vp) of which only the first
   // vocab_size columns are real (the padding is masked out). targets (N) I32.
   // losses (N), optional, overwritten with logsumexp(logits[n, :V]) − logits[n, target].
@@ -157,6 +170,27 @@ class Backend {
   // the real columns and 0 over the padding. A target outside [0, V) throws UserError.
   virtual void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size,
                                      bool write_dlogits, float dloss) = 0;
+
+  // Vocab-parallel cross-entropy (tensor parallelism), in three passes around two all-reduces
+  // over the TP group, so that no rank ever holds the full logits. logits (N, V_slice) are the
+  // columns [vocab_start, vocab_start + V_slice) of the full logits; a column is real when its
+  // global index is below vocab_size (the rest is padding). targets (N) I32 are global ids in
+  // [0, vocab_size) (UserError otherwise).
+  // 1. row_max (N) F32, overwritten: the maximum of each row over the slice's real columns
+  //    (−inf where the slice has none). The caller all-reduces it with Max.
+  virtual void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) = 0;
+  // 2. With row_max the maximum over the whole vocabulary: stats (2, N) F32, overwritten:
+  //    stats[0, n] = Σ exp(logit − row_max[n]) over the slice's real columns, and
+  //    stats[1, n] = logits[n, target − vocab_start] when the target falls inside the slice,
+  //    else 0. The caller all-reduces it with Sum.
+  virtual void vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets,
+                                      int64_t vocab_start, int vocab_size) = 0;
+  // 3. With the summed stats: losses (N), optional, overwritten with row_max + log(stats[0]) −
+  //    stats[1]; write_dlogits: logits = dloss · (exp(logit − row_max) / stats[0] −
+  //    onehot(target)) over the real columns and 0 over the padding.
+  virtual void vocab_parallel_cross_entropy(Tensor logits, Tensor losses, Tensor targets, Tensor row_max,
+                                            Tensor stats, int64_t vocab_start, int vocab_size, bool write_dlogits,
+                                            float dloss) = 0;
 
   // One torch.optim.AdamW step (torch's operation order) over a contiguous range; param,
   // exp_avg and exp_avg_sq are updated in place, grad is only read (the scaling and the L2
@@ -209,5 +243,12 @@ void require(bool ok, const char* op, const std::string& what);
 // A tensor read as a matrix: (numel / last dim, last dim).
 int64_t rows_of(const Tensor& t);
 int64_t cols_of(const Tensor& t);
+// The shape of a vocab-parallel embedding op, checked: tokens I32 (B, T); per_token (out or
+// dout) (B·T, C); table (wte or dwte slice) (rows, C); positions (wpe or dwpe), optional, (≥ T, C).
+struct EmbeddingShape {
+  int64_t batch = 0, seq = 0, channels = 0, rows = 0;
+};
+EmbeddingShape embedding_slice_shape(const char* op, const Tensor& per_token, const Tensor& tokens,
+                                     const Tensor& table, const Tensor& positions, int64_t vocab_start);
 
 }  // namespace strata

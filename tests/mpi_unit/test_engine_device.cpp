@@ -91,6 +91,28 @@ class LaggingBackend final : public Backend {
     run("softmax_cross_entropy",
         [&] { inner_->softmax_cross_entropy(logits, losses, targets, vocab_size, write_dlogits, dloss); });
   }
+  void add_bias(Tensor out, Tensor bias) override { run("add_bias", [&] { inner_->add_bias(out, bias); }); }
+  void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t start) override {
+    run("embedding_forward_slice", [&] { inner_->embedding_forward_slice(out, tokens, wte, wpe, start); });
+  }
+  void embedding_backward_slice(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t start) override {
+    run("embedding_backward_slice", [&] { inner_->embedding_backward_slice(dwte, dwpe, dout, tokens, start); });
+  }
+  void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t start, int vocab_size) override {
+    run("vocab_parallel_max", [&] { inner_->vocab_parallel_max(row_max, logits, start, vocab_size); });
+  }
+  void vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t start,
+                              int vocab_size) override {
+    run("vocab_parallel_sum_exp",
+        [&] { inner_->vocab_parallel_sum_exp(stats, logits, row_max, targets, start, vocab_size); });
+  }
+  void vocab_parallel_cross_entropy(Tensor logits, Tensor losses, Tensor targets, Tensor row_max, Tensor stats,
+                                    int64_t start, int vocab_size, bool write_dlogits, float dloss) override {
+    run("vocab_parallel_cross_entropy", [&] {
+      inner_->vocab_parallel_cross_entropy(logits, losses, targets, row_max, stats, start, vocab_size, write_dlogits,
+                                           dloss);
+    });
+  }
   void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
                     const AdamWArgs& args) override {
     run("adamw_update", [&] { inner_->adamw_update(param, grad, exp_avg, exp_avg_sq, param_copy, args); });

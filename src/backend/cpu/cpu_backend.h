@@ -1,6 +1,7 @@
 // The CPU backend: fp32 compute with OpenBLAS GEMMs, the reference every other backend and
 // parallel layout is compared against. Ops are split over cpu_backend.cpp (memory, elementwise,
-// embedding, optimizer) and cpu_layers.cpp (GEMM, layernorm, attention, cross-entropy).
+// embedding, optimizer), cpu_layers.cpp (GEMM, layernorm, attention, cross-entropy) and
+// cpu_tensor_parallel.cpp (row-parallel bias, vocab-parallel embedding and cross-entropy).
 #pragma once
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ class CpuBackend final : public Backend {
   void matmul(Tensor out, Tensor a, Tensor b, Tensor bias, bool trans_a, bool trans_b,
               bool accumulate) override;
   void bias_backward(Tensor dbias, Tensor dout) override;
+  void add_bias(Tensor out, Tensor bias) override;
   void add(Tensor out, Tensor a, Tensor b) override;
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                          Tensor bias) override;
@@ -48,6 +50,15 @@ class CpuBackend final : public Backend {
   void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
   void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size,
                              bool write_dlogits, float dloss) override;
+  // Tensor parallelism (cpu_tensor_parallel.cpp).
+  void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) override;
+  void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
+                                int64_t vocab_start) override;
+  void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) override;
+  void vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t vocab_start,
+                              int vocab_size) override;
+  void vocab_parallel_cross_entropy(Tensor logits, Tensor losses, Tensor targets, Tensor row_max, Tensor stats,
+                                    int64_t vocab_start, int vocab_size, bool write_dlogits, float dloss) override;
   void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
                     const AdamWArgs& args) override;
 

@@ -9,6 +9,12 @@
 
 namespace strata::cuda {
 
+void throw_target_error(int64_t target, int64_t row, int64_t vocab) {
+  throw UserError("target token id " + std::to_string(target) + " at row " + std::to_string(row) +
+                  " is outside the vocabulary [0, " + std::to_string(vocab) +
+                  "): the data was encoded with a larger vocabulary than model.vocab_size");
+}
+
 void require_device(const char* op, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
     if (t->defined()) require(t->device == Device::CUDA, op, "a tensor is not in CUDA device memory");

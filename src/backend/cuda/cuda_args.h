@@ -20,6 +20,9 @@ ElemType common_elem_type(const char* op, std::initializer_list<const Tensor*> t
 // The F32 tensor's data, or nullptr when undefined; throws when defined with another dtype.
 float* f32_or_null(const Tensor& t, const char* op, const char* what);
 
+// The UserError for a target id outside [0, vocab) at `row` (as the CPU backend words it).
+[[noreturn]] void throw_target_error(int64_t target, int64_t row, int64_t vocab);
+
 // The fp32 scalars of an AdamW step, rounded exactly as the CPU backend rounds them.
 AdamWScalars adamw_scalars(const AdamWArgs& args);
 

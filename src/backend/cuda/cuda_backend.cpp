@@ -117,6 +117,12 @@ void CudaBackend::upload_ids(void* dst, const int32_t* ids, size_t bytes) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+const int32_t* CudaBackend::device_ids(const Tensor& ids, void* staging) {
+  if (ids.device != Device::CPU) return ids.as<int32_t>();
+  upload_ids(staging, ids.as<int32_t>(), ids.bytes());
+  return static_cast<const int32_t*>(staging);
+}
+
 int32_t CudaBackend::device_id_at(const int32_t* p) {
   CUDA_CHECK(cudaMemcpyAsync(bad_row_host_, p, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -215,7 +221,7 @@ void CudaBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tenso
     ids = staged;
   }
   reset_bad_row();
-  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte.data, wpe.data, type, B, T, C, V, bad_row_device_, stream_));
+  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte.data, wpe.data, type, B, T, C, V, 0, bad_row_device_, stream_));
   if (tokens.device == Device::CUDA) {
     const int64_t row = bad_row_after();
     if (row >= 0) throw_token_error(device_id_at(ids + row), row, T, V);
@@ -242,7 +248,7 @@ void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tens
     ids = reinterpret_cast<const int32_t*>(base);
   }
   CUDA_CHECK(cuda::embedding_backward(dwte.data, dwte_type, dwpe.data, dwpe_type, dout.data, dout_type, ids, B, T, C,
-                                      V, base + ids_bytes, sort_bytes, stream_));
+                                      V, 0, base + ids_bytes, sort_bytes, stream_));
 }
 
 void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,

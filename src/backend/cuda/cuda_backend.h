@@ -81,6 +81,19 @@ class CudaBackend final : public Backend {
   void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
                     const AdamWArgs& args) override;
 
+  // ---- tensor parallelism (cuda_tensor_parallel.cpp) ----
+  void add_bias(Tensor out, Tensor bias) override;
+  // tokens may be in host or device memory.
+  void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) override;
+  void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
+                                int64_t vocab_start) override;
+  void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) override;
+  // targets may be in host or device memory (then read back only when one is out of range).
+  void vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t vocab_start,
+                              int vocab_size) override;
+  void vocab_parallel_cross_entropy(Tensor logits, Tensor losses, Tensor targets, Tensor row_max, Tensor stats,
+                                    int64_t vocab_start, int vocab_size, bool write_dlogits, float dloss) override;
+
   // ---- CUDA-only extras (not in the Backend interface yet) ----
   // out (M, N) = gelu(op(a) · op(b) + bias) in one cuBLASLt call with the GELU epilogue;
   // pre_gelu (M, N), out's dtype, receives a·b + bias for the backward.
@@ -114,6 +127,8 @@ class CudaBackend final : public Backend {
   // Copies host token or target ids to device memory and waits: the caller may reuse its buffer
   // once the op returns (an async copy from pageable or pinned memory need not have read it yet).
   void upload_ids(void* dst, const int32_t* ids, size_t bytes);
+  // Device ids for an op: `ids` itself when in device memory, else uploaded to `staging`.
+  const int32_t* device_ids(const Tensor& ids, void* staging);
   // The id at device address p, read on the backend's stream (a cudaMemcpy on the legacy stream
   // would also wait for every blocking stream, NCCL's included).
   int32_t device_id_at(const int32_t* p);

@@ -15,15 +15,6 @@
 #include "reduce.cuh"
 
 namespace strata::cuda {
-namespace {
-
-[[noreturn]] void throw_target_error(int64_t target, int64_t row, int64_t vocab) {
-  throw UserError("target token id " + std::to_string(target) + " at row " + std::to_string(row) +
-                  " is outside the vocabulary [0, " + std::to_string(vocab) +
-                  "): the data was encoded with a larger vocabulary than model.vocab_size");
-}
-
-}  // namespace
 
 void CudaBackend::matmul(Tensor out, Tensor a, Tensor b, Tensor bias, bool trans_a, bool trans_b, bool accumulate) {
   const char* op = "matmul";

@@ -160,6 +160,10 @@ class GuardedBackend final : public Backend {
     const OpScope open;
     cpu_->bias_backward(own(dbias, "bias_backward"), own(dout, "bias_backward"));
   }
+  void add_bias(Tensor out, Tensor bias) override {
+    const OpScope open;
+    cpu_->add_bias(own(out, "add_bias"), own(bias, "add_bias"));
+  }
   void add(Tensor out, Tensor a, Tensor b) override {
     const OpScope open;
     cpu_->add(own(out, "add"), own(a, "add"), own(b, "add"));
@@ -210,6 +214,36 @@ class GuardedBackend final : public Backend {
     const char* op = "softmax_cross_entropy";
     const OpScope open;
     cpu_->softmax_cross_entropy(own(logits, op), own(losses, op), any(targets), vocab_size, write_dlogits, dloss);
+  }
+  void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) override {
+    const char* op = "embedding_forward_slice";
+    const OpScope open;
+    cpu_->embedding_forward_slice(own(out, op), any(tokens), own(wte_slice, op), own(wpe, op), vocab_start);
+  }
+  void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
+                                int64_t vocab_start) override {
+    const char* op = "embedding_backward_slice";
+    const OpScope open;
+    cpu_->embedding_backward_slice(own(dwte_slice, op), own(dwpe, op), own(dout, op), any(tokens), vocab_start);
+  }
+  void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) override {
+    const char* op = "vocab_parallel_max";
+    const OpScope open;
+    cpu_->vocab_parallel_max(own(row_max, op), own(logits, op), vocab_start, vocab_size);
+  }
+  void vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t vocab_start,
+                              int vocab_size) override {
+    const char* op = "vocab_parallel_sum_exp";
+    const OpScope open;
+    cpu_->vocab_parallel_sum_exp(own(stats, op), own(logits, op), own(row_max, op), any(targets), vocab_start,
+                                 vocab_size);
+  }
+  void vocab_parallel_cross_entropy(Tensor logits, Tensor losses, Tensor targets, Tensor row_max, Tensor stats,
+                                    int64_t vocab_start, int vocab_size, bool write_dlogits, float dloss) override {
+    const char* op = "vocab_parallel_cross_entropy";
+    const OpScope open;
+    cpu_->vocab_parallel_cross_entropy(own(logits, op), own(losses, op), any(targets), own(row_max, op),
+                                       own(stats, op), vocab_start, vocab_size, write_dlogits, dloss);
   }
   void adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,
                     const AdamWArgs& args) override {

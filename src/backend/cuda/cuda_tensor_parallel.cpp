@@ -1,0 +1,133 @@
+// CUDA backend, part 3: the ops tensor parallelism adds — the row-parallel bias (the bias
+// kernel of the unfused GEMM path), and the vocab-parallel embedding (the embedding kernels with
+// the slice's first row as offset) and cross-entropy passes.
+#ifdef STRATA_HAVE_CUDA
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_args.h"
+#include "backend/cuda/cuda_backend.h"
+#include "cross_entropy.cuh"
+#include "elementwise.cuh"
+#include "embedding.cuh"
+
+namespace strata::cuda {
+namespace {
+
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Real columns of a logits slice starting at global column vocab_start: those below vocab_size.
+int64_t real_columns(int64_t slice_columns, int64_t vocab_start, int64_t vocab_size) {
+  return std::clamp<int64_t>(vocab_size - vocab_start, 0, slice_columns);
+}
+
+void check_slice(const char* op, const Tensor& logits, int64_t vocab_start, int vocab_size) {
+  require(logits.defined() && cols_of(logits) > 0, op, "logits " + logits.shape_string());
+  require(vocab_start >= 0 && vocab_size > 0, op,
+          "vocab_start " + std::to_string(vocab_start) + ", vocab_size " + std::to_string(vocab_size));
+}
+
+void check_row_stats(const char* op, const Tensor& row_max, const Tensor* stats, int64_t rows) {
+  require(row_max.dtype == DType::F32 && row_max.numel() == rows, op, "row_max " + row_max.shape_string());
+  if (stats) require(stats->dtype == DType::F32 && stats->numel() == 2 * rows, op, "stats " + stats->shape_string());
+}
+
+// Shape and dtype; host ids are range-checked here (device ids by the kernel of pass 2).
+void check_targets(const char* op, const Tensor& targets, int64_t rows, int vocab_size) {
+  require(targets.dtype == DType::I32 && targets.numel() == rows, op,
+          "targets must be I32 with " + std::to_string(rows) + " elements, got " + targets.shape_string());
+  if (targets.device != Device::CPU) return;
+  const int32_t* host = targets.as<int32_t>();
+  for (int64_t i = 0; i < rows; ++i)
+    if (host[i] < 0 || host[i] >= vocab_size) throw_target_error(host[i], i, vocab_size);
+}
+
+}  // namespace
+
+void CudaBackend::add_bias(Tensor out, Tensor bias) {
+  const char* op = "add_bias";
+  require_device(op, {&out, &bias});
+  require(bias.numel() == cols_of(out), op, "bias " + bias.shape_string() + " for out " + out.shape_string());
+  CUDA_CHECK(add_row_bias(out.data, elem_type_of(out, op, "out"), bias.data, elem_type_of(bias, op, "bias"),
+                          rows_of(out), cols_of(out), /*accumulate=*/true, stream_));
+}
+
+void CudaBackend::embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe,
+                                          int64_t vocab_start) {
+  const char* op = "embedding_forward_slice";
+  require_device(op, {&out, &wte_slice, &wpe});
+  const EmbeddingShape s = embedding_slice_shape(op, out, tokens, wte_slice, wpe, vocab_start);
+  const ElemType type = common_elem_type(op, {&out, &wte_slice, &wpe});
+  const int32_t* ids = device_ids(tokens, tokens.device == Device::CPU ? scratch(tokens.bytes()) : nullptr);
+  // No bad-row flag: an id outside the slice belongs to another rank and embeds as zero here.
+  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte_slice.data, wpe.data, type, s.batch, s.seq, s.channels,
+                                     s.rows, vocab_start, nullptr, stream_));
+}
+
+void CudaBackend::embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
+                                           int64_t vocab_start) {
+  const char* op = "embedding_backward_slice";
+  require_device(op, {&dwte_slice, &dwpe, &dout});
+  const EmbeddingShape s = embedding_slice_shape(op, dout, tokens, dwte_slice, dwpe, vocab_start);
+  const ElemType dwte_type = elem_type_of(dwte_slice, op, "dwte");
+  const ElemType dwpe_type = dwpe.defined() ? elem_type_of(dwpe, op, "dwpe") : ElemType::F32;
+  const ElemType dout_type = elem_type_of(dout, op, "dout");
+  const size_t ids_bytes = tokens.device == Device::CPU ? align256(tokens.bytes()) : 0;
+  const size_t sort_bytes = embedding_backward_workspace_bytes(s.batch * s.seq, s.rows);
+  char* base = static_cast<char*>(scratch(ids_bytes + sort_bytes));
+  const int32_t* ids = device_ids(tokens, base);
+  CUDA_CHECK(cuda::embedding_backward(dwte_slice.data, dwte_type, dwpe.data, dwpe_type, dout.data, dout_type, ids,
+                                      s.batch, s.seq, s.channels, s.rows, vocab_start, base + ids_bytes, sort_bytes,
+                                      stream_));
+}
+
+void CudaBackend::vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) {
+  const char* op = "vocab_parallel_max";
+  require_device(op, {&row_max, &logits});
+  check_slice(op, logits, vocab_start, vocab_size);
+  const int64_t n = rows_of(logits), cols = cols_of(logits);
+  check_row_stats(op, row_max, nullptr, n);
+  CUDA_CHECK(cuda::vocab_parallel_max(row_max.f32(), logits.data, elem_type_of(logits, op, "logits"), n, cols,
+                                      real_columns(cols, vocab_start, vocab_size), stream_));
+}
+
+void CudaBackend::vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets,
+                                         int64_t vocab_start, int vocab_size) {
+  const char* op = "vocab_parallel_sum_exp";
+  require_device(op, {&stats, &logits, &row_max});
+  check_slice(op, logits, vocab_start, vocab_size);
+  const int64_t n = rows_of(logits), cols = cols_of(logits);
+  check_row_stats(op, row_max, &stats, n);
+  check_targets(op, targets, n, vocab_size);
+  const int32_t* ids = device_ids(targets, targets.device == Device::CPU ? scratch(targets.bytes()) : nullptr);
+  reset_bad_row();
+  CUDA_CHECK(cuda::vocab_parallel_sum_exp(stats.f32(), logits.data, elem_type_of(logits, op, "logits"),
+                                          row_max.f32(), ids, n, cols, real_columns(cols, vocab_start, vocab_size),
+                                          vocab_start, vocab_size, bad_row_device_, stream_));
+  if (targets.device != Device::CPU) {
+    const int64_t row = bad_row_after();
+    if (row >= 0) throw_target_error(device_id_at(ids + row), row, vocab_size);
+  }
+}
+
+void CudaBackend::vocab_parallel_cross_entropy(Tensor logits, Tensor losses, Tensor targets, Tensor row_max,
+                                               Tensor stats, int64_t vocab_start, int vocab_size, bool write_dlogits,
+                                               float dloss) {
+  const char* op = "vocab_parallel_cross_entropy";
+  require_device(op, {&logits, &losses, &row_max, &stats});
+  check_slice(op, logits, vocab_start, vocab_size);
+  const int64_t n = rows_of(logits), cols = cols_of(logits);
+  check_row_stats(op, row_max, &stats, n);
+  check_targets(op, targets, n, vocab_size);
+  require(!losses.defined() || losses.numel() == n, op, "losses " + losses.shape_string());
+  const ElemType losses_type = losses.defined() ? elem_type_of(losses, op, "losses") : ElemType::F32;
+  // Device targets were range-checked by vocab_parallel_sum_exp, whose statistics this pass reads.
+  const int32_t* ids = device_ids(targets, targets.device == Device::CPU ? scratch(targets.bytes()) : nullptr);
+  CUDA_CHECK(cuda::vocab_parallel_cross_entropy(logits.data, elem_type_of(logits, op, "logits"), losses.data,
+                                                losses_type, ids, row_max.f32(), stats.f32(), n, cols,
+                                                real_columns(cols, vocab_start, vocab_size), vocab_start,
+                                                write_dlogits, dloss, stream_));
+}
+
+}  // namespace strata::cuda
+#endif  // STRATA_HAVE_CUDA
