@@ -24,31 +24,84 @@ struct GptDims {
   int seq_len = 0;       // rows of wpe, the longest sequence
 };
 
+// None: keep every activation backward reads. Selective: keep the attention's input (q, k, v)
+// but not its core's output (the attention output and its log-sum-exp): backward recomputes the
+// attention core (scores, softmax and their product with v) per layer, as Korthikanti et al. do.
 // Full: keep only each block's input in forward; recompute the block in backward.
-enum class ActivationRecompute { None, Full };
+enum class ActivationRecompute { None, Selective, Full };
+
+// This rank's place in its tensor-parallel group: which slice of each split parameter it holds.
+struct TpSlice {
+  int rank = 0;
+  int size = 1;
+};
 
 struct ParamSpec {
-  std::string name;            // HuggingFace GPT-2 name, e.g. "h.3.attn.c_attn.weight", "wte.weight"
-  std::vector<int64_t> shape;  // global shape, HF layout; wte is (padded_vocab, C)
-  int tp_split_dim = -1;       // -1 replicated; else the dim tensor parallelism splits
+  std::string name;                   // HuggingFace GPT-2 name, e.g. "h.3.attn.c_attn.weight", "wte.weight"
+  std::vector<int64_t> shape;         // this rank's tensor, HF layout (the global shape unless TP splits it)
+  std::vector<int64_t> global_shape;  // the whole tensor, HF layout; wte is (padded_vocab, C)
+  // Tensor parallelism: the global tensor read row-major as tp_view (the same elements in the
+  // same order) is cut into tp_size equal blocks along tp_split_dim of that view, and this rank
+  // holds block tp_rank, row-major. c_attn's views (C, 3, C) and (3, C) give every rank the q,
+  // k and v columns of its own heads. tp_split_dim -1: replicated, every TP rank holds it all.
+  std::vector<int64_t> tp_view;
+  int tp_split_dim = -1;
+  int tp_rank = 0;
+  int tp_size = 1;
   int layer = -1;              // block index; -1 for wte/wpe, n_layer for ln_f
   bool weight_decay = false;   // true for 2-D weights (matrices and embeddings)
-  int64_t offset = 0;          // element offset in the flat parameter/gradient buffer
-  int64_t numel = 0;
+  int64_t offset = 0;          // element offset in this rank's flat parameter/gradient buffer
+  int64_t numel = 0;           // of this rank's tensor
+  // Split over ranks (each holds another part), as opposed to replicated on each of them.
+  bool tp_sharded() const { return tp_split_dim >= 0 && tp_size > 1; }
 };
 
 // Order: wte, wpe, h.0.* … h.{L-1}.*, ln_f.*; inside a block HF's order (ln_1, attn.c_attn,
 // attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj; weight before bias). Offsets are packed densely.
-// TP split dims: c_attn/c_fc weight and bias on the output dim, attn/mlp c_proj weights on
-// the input dim (0), wte on the vocab dim (0, Megatron's vocab-parallel embedding).
-// Throws UserError on dims that do not describe a valid model.
-std::vector<ParamSpec> gpt_param_specs(const GptDims& dims);
-// Σ numel over the specs.
+// TP splits (Megatron's): c_attn and c_fc column-parallel (weight and bias on the output
+// features), attn and mlp c_proj row-parallel (weight on the input features, bias replicated),
+// wte on the vocabulary (the vocab-parallel embedding and tied head); layernorms and wpe are
+// replicated. With `tp`, the specs describe that rank's slices (shape, numel, offsets).
+// Throws UserError on dims that do not describe a valid model, or that `tp` cannot split.
+std::vector<ParamSpec> gpt_param_specs(const GptDims& dims, TpSlice tp = {});
+// Σ numel over the (global) specs.
 int64_t gpt_param_count(const GptDims& dims);
 
-// Elements [begin, begin + count) of parameter `spec`'s GPT-2 initial value (see
-// Gpt::init_weights): a pure function of (seed, name, element index), so any rank can
-// initialise any slice on its own.
+// Where a rank's elements sit in the global tensor (both flattened): in the TP view, dims after
+// the split one are whole, so the rank's block is one run of the global tensor per index of the
+// dims before it. Local element l is global element (l / run)·stride + first + l % run.
+struct TpPlacement {
+  int64_t run = 1;
+  int64_t stride = 1;
+  int64_t first = 0;
+  int64_t global_index(int64_t local) const { return local / run * stride + first + local % run; }
+};
+TpPlacement tp_placement(const ParamSpec& spec);
+// Elements [begin, begin + count) of this rank's tensor `spec` (flattened), as runs of the
+// global tensor (flattened): `count` elements from global index `global_begin`. In order, so
+// that the runs' elements, one after the other, are the rank's elements.
+struct GlobalRun {
+  int64_t global_begin = 0;
+  int64_t count = 0;
+};
+std::vector<GlobalRun> tp_global_runs(const ParamSpec& spec, int64_t begin, int64_t count);
+// The same elements as boxes of one row-major view of the global tensor (checkpoint pieces):
+// `view` is {global numel} when they form one run, else spec.tp_view; boxes in order, each
+// packed row-major, their elements one after the other being the rank's elements.
+struct ViewBox {
+  std::vector<int64_t> offset;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+struct GlobalBoxes {
+  std::vector<int64_t> view;
+  std::vector<ViewBox> boxes;
+};
+GlobalBoxes tp_global_boxes(const ParamSpec& spec, int64_t begin, int64_t count);
+
+// Elements [begin, begin + count) of this rank's tensor `spec`'s GPT-2 initial value (see
+// Gpt::init_weights): a pure function of (seed, name, global element index), so any rank can
+// initialise any slice on its own, and a TP slice starts from exactly the TP = 1 values.
 void gpt_init_values(const GptDims& dims, const ParamSpec& spec, uint64_t seed, int64_t begin, int64_t count,
                      float* out);
 
@@ -116,6 +169,17 @@ class FlatParamStore final : public ParamStore {
   Buffer params_, grads_;
 };
 
+// The activation arena by what it holds. per_layer: what one block keeps from its forward for
+// its backward (the quantity Korthikanti et al.'s formulas give), layers = n_layer × per_layer;
+// shared: one block's recompute scratch (selective: the attention core's output; full: a whole
+// block's activations); other: the embedding output, the final layernorm, logits, losses and
+// backward scratch. total = layers + shared + other = Gpt::activation_bytes().
+struct ActivationBytes {
+  size_t per_layer = 0, layers = 0, shared = 0, other = 0, total = 0;
+};
+
+class TensorParallel;
+
 class Gpt {
  public:
   // Allocates activations for up to max_batch sequences of dims.seq_len tokens on the
@@ -125,8 +189,12 @@ class Gpt {
   // parameters, GEMM inputs and stored activations (and their gradients) are kept in it,
   // while per-row statistics (layernorm mean/rstd, attention log-sum-exp, losses) stay fp32.
   // An external store must hand out parameters of the same dtype (std::logic_error if not).
+  // `tp` (optional, must outlive the model): this rank's tensor-parallel group; the model then
+  // holds this rank's slices (gpt_param_specs(dims, {tp rank, tp size})): its heads of the
+  // attention, its columns of the MLP, its rows of the vocabulary.
   Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute,
-      ParamStore* store = nullptr, DType dtype = DType::F32);
+      ParamStore* store = nullptr, DType dtype = DType::F32, TensorParallel* tp = nullptr);
+  ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
@@ -135,12 +203,15 @@ class Gpt {
   // The backend holding the model's memory: views returned below are in its memory, which
   // code outside the backend reaches only through backend().copy.
   Backend& backend() const { return backend_; }
+  // This rank's parameters: slices under tensor parallelism.
   const std::vector<ParamSpec>& params() const { return specs_; }
   const ParamSpec& param(const std::string& name) const;  // throws std::out_of_range naming it
   const std::vector<LayerGroup>& groups() const { return groups_; }
+  int tp_size() const;
+  int tp_rank() const;
   // The flat views below need a FlatParamStore (the default); otherwise std::logic_error.
   bool has_flat_store() const { return flat_ != nullptr; }
-  Tensor params_flat();                                   // dtype(), gpt_param_count elements
+  Tensor params_flat();                                   // dtype(), this rank's parameter count
   Tensor grads_flat();                                    // fp32, same layout as params_flat
   Tensor param_tensor(const std::string& name);           // view with the spec's shape
   Tensor grad_tensor(const std::string& name);
@@ -151,12 +222,14 @@ class Gpt {
 
   // GPT-2 init: element i of tensor `name` is rng_normal(seed, rng_stream_id(name), i) · std
   // with std 0.02 (wte, wpe, c_attn, c_fc weights) or 0.02/√(2·n_layer) (c_proj weights);
-  // biases 0, LN weights 1; wte rows ≥ vocab_size 0. Independent of layout and rank. Values
-  // are rounded to dtype() when that is not fp32.
+  // biases 0, LN weights 1; wte rows ≥ vocab_size 0. Independent of layout and rank (i is the
+  // element's index in the global tensor). Values are rounded to dtype() when not fp32.
   void init_weights(uint64_t seed);
 
   // tokens/targets: (B, T) int32 row-major host arrays, B ≤ max_batch, T ≤ seq_len.
-  // Returns the mean loss over the B·T tokens. Token ids ≥ vocab_size throw UserError.
+  // Returns the mean loss over the B·T tokens. Token ids ≥ vocab_size throw UserError. Under
+  // tensor parallelism every rank of the group calls it with the same batch (and gets the same
+  // loss).
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   // forward for training: the same loss, and in the same pass over the logits the gradient
   // of the loss with weight `dloss` per token, which the following backward(dloss) uses (one
@@ -165,18 +238,28 @@ class Gpt {
   // Adds the gradient of (Σ over the last forward's tokens of loss_token · dloss) into the
   // store's gradients. Requires the immediately preceding forward() of the same batch, or
   // forward_for_backward() with the same dloss (std::logic_error otherwise).
-  void backward(float dloss);
+  // Under sequence parallelism each TP rank's gradients of the replicated layernorm parameters
+  // cover only its token rows; with complete_partial_grads they are summed over the group
+  // (after adding this backward's part) before the groups are released. A caller that
+  // accumulates several micro-batches into the same gradient buffers passes false for all but
+  // the last, so the sum is formed once over the accumulated parts.
+  void backward(float dloss, bool complete_partial_grads = true);
   void zero_grads();  // flat store only
 
-  // Inference: logits (B, T, padded_vocab) in dtype() for tokens (B, T) (no loss); the view
-  // is valid until the next call. Invalidates a pending backward.
+  // Inference: logits (B, T, V_slice) in dtype() for tokens (B, T) (no loss), the columns of
+  // this rank's vocabulary slice (all Vp columns without TP); the view is valid until the next
+  // call. Invalidates a pending backward.
   Tensor forward_logits(const int32_t* tokens, int B, int T);
+  // The last position's logits of the real vocabulary (vocab_size values) for a (1, T) context,
+  // in fp32 on the host, gathered from every TP rank's slice (all ranks of the group call it).
+  std::vector<float> last_token_logits(const int32_t* tokens, int T);
 
-  size_t activation_bytes() const { return activations_.bytes(); }
+  size_t activation_bytes() const { return activation_bytes_.total; }
+  const ActivationBytes& activation_breakdown() const { return activation_bytes_; }
 
  private:
-  // Views of one block's saved activations (per layer with ActivationRecompute::None, one shared set
-  // with ActivationRecompute::Full) for the current (B, T).
+  // Views of one block's saved activations for the current batch: per layer (recompute None),
+  // or partly / wholly one shared set (Selective: atty and lse; Full: everything).
   struct BlockActs {
     Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, lse, x_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   };
@@ -187,20 +270,49 @@ class Gpt {
   struct BlockOffsets {
     size_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, x_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   };
+  // The current batch's shapes. rows = B·T token rows; padded: rows rounded up to a multiple of
+  // TP under sequence parallelism (inference on an odd count; the pad rows are zero tokens whose
+  // results are dropped), else rows; local: the residual stream's rows on this rank (padded / TP
+  // under SP, else rows).
+  struct Batch {
+    int B = 0, T = 0;
+    int64_t rows = 0, padded = 0, local = 0;
+  };
 
+  // Block parameters in gpt_param_specs order: spec index kBlockFirstSpec + kBlockSpecs·l + k.
+  static constexpr size_t kBlockFirstSpec = 2, kBlockSpecs = 12, kLn1WeightSpec = 0, kLn2WeightSpec = 6;
+  // The first B·T rows of a (≥ B·T, cols) tensor, viewed as (B, T, cols) for the ops that need
+  // the batch's sequence structure (embedding positions, causal attention).
+  static Tensor sequences(const Tensor& t, int B, int T);
+  // A (padded rows, C) scratch slot at `offset`, and this rank's rows of it: under SP where a
+  // reduce-scatter leaves this rank's part of the sum; otherwise the whole.
+  Tensor all_rows(size_t offset, const Batch& batch) const;
+  Tensor own_rows(size_t offset, const Batch& batch) const;
+
+  void plan_arena();
   void check_batch(int B, int T) const;
-  void load_tokens(const int32_t* tokens, const int32_t* targets, int B, int T);
+  Batch batch_of(int B, int T) const;
+  void load_tokens(const int32_t* tokens, const int32_t* targets, const Batch& batch);
   // Embedding, all blocks, final LN and logits for the loaded tokens.
-  void run_forward(int B, int T);
-  // One block from its input (the residual stream) up to the MLP's output projection, left in
-  // the block_out scratch: the caller adds it to x_mid, fused with the next layernorm. ln1_done:
-  // the caller already wrote acts.ln1 (and its statistics) of this input. With project false
-  // the output projection (not needed by backward's recomputation) is skipped.
-  void block_forward(const BlockParams& p, const BlockActs& acts, Tensor input, bool ln1_done, bool project, int B,
-                     int T);
+  void run_forward(const Batch& batch);
+  void embed(const Batch& batch, void* embeddings);
+  // One block from its input (the residual stream) up to the MLP's output projection, reduced
+  // over TP and with its bias, in mlp_out(): the caller adds it to x_mid, fused with the next
+  // layernorm. ln1_done: the caller already wrote acts.ln1 (and its statistics) of this input.
+  // With project false the output projection (not needed by backward's recomputation) is skipped.
+  void block_forward(const BlockParams& p, const BlockActs& acts, Tensor input, bool ln1_done, bool project,
+                     const Batch& batch);
+  // A row-parallel layer's product (no bias) in block_out, summed over TP (g) into this rank's
+  // rows, plus the bias; returns those rows. Without TP the plain linear layer.
+  Tensor row_parallel_forward(Tensor inp, Tensor weight, Tensor bias, const Batch& batch);
   void block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& acts, Tensor input,
-                      Tensor dresidual, int B, int T);
-  BlockActs block_acts(int layer, int B, int T) const;
+                      Tensor dresidual, const Batch& batch);
+  void loss_forward(const Batch& batch, bool write_dlogits, float dloss);
+  // The tied head's gradients and this rank's rows of d(ln_f output), summed over TP (f's backward).
+  Tensor head_backward(const Batch& batch, void* embeddings, float* dembeddings);
+  // SP: sums the gradients of the layernorm parameters in group `group` over the TP group.
+  void complete_layernorm_grads(int group, float* grads);
+  BlockActs block_acts(int layer, const Batch& batch) const;
   // Views of block `layer`'s tensors inside a group view returned by the store.
   BlockParams block_params(int layer, void* group_base, DType dtype) const;
   // Parameter `spec` inside a group view of `dtype` (store parameters or fp32 gradients).
@@ -208,16 +320,22 @@ class Gpt {
   Tensor param_view(void* group_base, const ParamSpec& spec) const { return group_view(group_base, dtype_, spec); }
   Tensor grad_view(float* group_base, const ParamSpec& spec) const { return group_view(group_base, DType::F32, spec); }
   FlatParamStore& flat_store() const;
-  Tensor residual(int index, int B, int T) const;  // block `index`'s input; index L: last output
+  Tensor residual(int index, const Batch& batch) const;  // block `index`'s input; index L: last output
+  // The sum of the last row-parallel layer (block_forward's MLP output): this rank's rows.
+  Tensor mlp_out(const Batch& batch) const;
   // A view into the activation arena; by default in the working dtype.
   Tensor act(size_t offset, std::initializer_list<int64_t> dims) const { return act(offset, dims, dtype_); }
   Tensor act(size_t offset, std::initializer_list<int64_t> dims, DType dtype) const;
+  bool tp_active() const;
+  bool sequence_parallel() const;
 
   GptDims dims_;
   Backend& backend_;
   int max_batch_;
   ActivationRecompute recompute_;
   DType dtype_;
+  TensorParallel* tp_ = nullptr;
+  std::unique_ptr<TensorParallel> no_tp_;  // when no group is given: every TP operation a no-op
   std::vector<ParamSpec> specs_;
   std::unordered_map<std::string, size_t> spec_index_;
   std::vector<LayerGroup> groups_;
@@ -226,26 +344,38 @@ class Gpt {
   FlatParamStore* flat_ = nullptr;  // store_ when it is a FlatParamStore
   std::function<void(int)> grad_ready_;
   Buffer activations_;
+  ActivationBytes activation_bytes_;
+
+  // This rank's widths: attention (C / TP, n_head / TP heads), MLP (4C / TP), vocabulary slice.
+  int64_t attn_width_ = 0, heads_ = 0, mlp_width_ = 0, vocab_rows_ = 0, vocab_start_ = 0;
 
   // Arena layout (byte offsets), fixed for (max_batch, seq_len).
-  std::vector<BlockOffsets> block_offsets_;  // L entries (None) or 1 (Full)
-  size_t residual_offset_ = 0;               // (L + 1) × (B, T, C)
+  std::vector<BlockOffsets> block_offsets_;  // L entries (None, Selective) or 1 (Full)
+  size_t shared_atty_offset_ = 0, shared_lse_offset_ = 0;  // Selective
+  size_t residual_offset_ = 0;               // (L + 1) × (local rows, C)
   size_t tokens_offset_ = 0, targets_offset_ = 0;
-  size_t block_out_offset_ = 0;              // (B, T, C) projection output before the residual add
+  size_t block_out_offset_ = 0;              // (padded rows, C) a row-parallel layer's product
+  size_t gathered_offset_ = 0;               // SP: (padded rows, C) a gathered layernorm output
   size_t lnf_offset_ = 0, lnf_mean_offset_ = 0, lnf_rstd_offset_ = 0;
+  size_t lnf_full_offset_ = 0;               // SP: (padded rows, C) ln_f's output gathered
   size_t logits_offset_ = 0, losses_offset_ = 0;
+  size_t row_max_offset_ = 0, loss_stats_offset_ = 0;  // TP: the vocab-parallel loss's statistics
   size_t dresidual_offset_ = 0, dnarrow_offset_ = 0, dwide_offset_ = 0;  // backward scratch
+  size_t dfull_offset_ = 0;                  // SP: (padded rows, C) a gathered output gradient
+  size_t sample_row_offset_ = 0;             // TP: (padded_vocab) one row of logits gathered
+  size_t residual_stride_ = 0;               // bytes between consecutive residual(i)
 
   // Forward, the per-token losses, optionally dlogits (weight dloss) in the same pass; returns
   // the mean loss.
   float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T, bool write_dlogits, float dloss);
   // The mean of the losses just computed (reading them back to the host).
-  float mean_loss(int B, int T);
+  float mean_loss(const Batch& batch);
   bool backward_ready_ = false;
   bool dlogits_ready_ = false;  // forward_for_backward wrote dlogits for dlogits_weight_
   float dlogits_weight_ = 0.0f;
-  int last_batch_ = 0, last_seq_ = 0;
+  Batch last_batch_;
   std::vector<float> host_losses_;
+  std::vector<int32_t> padded_ids_;  // host staging of token/target ids with the SP pad rows
 };
 
 }  // namespace strata

@@ -69,13 +69,16 @@ void gpt_init_values(const GptDims& dims, const ParamSpec& spec, uint64_t seed, 
   const float std_proj = static_cast<float>(0.02 / std::sqrt(2.0 * dims.n_layer));
   const float std = ends_with(spec.name, "c_proj.weight") ? std_proj : std_base;
   // Padding rows of wte never see a token; they start (and, without gradient, stay) at 0.
-  const int64_t drawn = spec.name == "wte.weight" ? int64_t{dims.vocab_size} * dims.d_model : spec.numel;
-  const int64_t end = std::min(begin + count, drawn);
-  if (end <= begin) return;
+  int64_t drawn = 1;
+  for (int64_t d : spec.global_shape) drawn *= d;
+  if (spec.name == "wte.weight") drawn = int64_t{dims.vocab_size} * dims.d_model;
   const uint64_t stream = rng_stream_id(spec.name.c_str());
-  parallel_chunks(end - begin, [&](int64_t a, int64_t b) {
+  // Element g of the global tensor is draw g of the parameter's stream, whichever rank holds it.
+  const TpPlacement place = tp_placement(spec);
+  parallel_chunks(count, [&](int64_t a, int64_t b) {
     for (int64_t i = a; i < b; ++i) {
-      out[i] = rng_normal(seed, stream, static_cast<uint64_t>(begin + i)) * std;
+      const int64_t global = place.global_index(begin + i);
+      if (global < drawn) out[i] = rng_normal(seed, stream, static_cast<uint64_t>(global)) * std;
     }
   });
 }

@@ -1,0 +1,147 @@
+// GPT-2's hand-written backward, layer by layer in reverse, with tensor parallelism's
+// conjugates of the forward's communication: where forward entered a TP region (f: identity or
+// all-gather) backward sums the input gradient (all-reduce or reduce-scatter), and where it left
+// one (g: all-reduce or reduce-scatter) backward passes or gathers the output gradient.
+#include <stdexcept>
+#include <string>
+
+#include "model/model.h"
+#include "parallel/tensor/tensor_parallel.h"
+
+namespace strata {
+void Gpt::complete_layernorm_grads(int group, float* grads) {
+  // Under SP each rank's layernorms saw only its token rows; every other replicated parameter's
+  // gradient was formed from whole (gathered) tensors and is already the same on every rank.
+  // A layernorm's weight and bias sit side by side: one all-reduce for both.
+  const LayerGroup& g = groups_[static_cast<size_t>(group)];
+  auto reduce = [&](size_t weight) {
+    const ParamSpec& w = specs_[weight];
+    const int64_t numel = w.numel + specs_[weight + 1].numel;
+    tp_->all_reduce(Tensor(grads + (w.offset - g.begin), DType::F32, {numel}, backend_.device()), ReduceOp::Sum);
+  };
+  if (group == dims_.n_layer + 1) {
+    reduce(specs_.size() - 2);  // ln_f
+    return;
+  }
+  const size_t first = kBlockFirstSpec + kBlockSpecs * static_cast<size_t>(group - 1);
+  reduce(first + kLn1WeightSpec);
+  reduce(first + kLn2WeightSpec);
+}
+
+void Gpt::block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a, Tensor input, Tensor dres,
+                         const Batch& b) {
+  const bool sp = sequence_parallel();
+  const Tensor dnarrow_all = all_rows(dnarrow_offset_, b);
+  // Under SP the summed input gradient lands on this rank's rows of the same scratch.
+  const Tensor dnarrow = own_rows(dnarrow_offset_, b);
+  const Tensor dwide = act(dwide_offset_, {b.padded, mlp_width_});
+  const Tensor dqkv = act(dwide_offset_, {b.padded, 3 * attn_width_});  // dwide is free again by then
+  const Tensor datty = act(dnarrow_offset_, {b.padded, attn_width_});
+  const Tensor dout = sp ? all_rows(dfull_offset_, b) : dres;  // d(block output), all rows
+  const Tensor gathered = sp ? all_rows(gathered_offset_, b) : Tensor();
+  // MLP: dres is d(block output); the residual path passes it through unchanged.
+  tp_->leave_backward(dres, dout);
+  backend_.linear_backward_gelu(dwide, g.proj_w, g.proj_b, dout, a.fch_gelu, p.proj_w, a.fch);
+  // SP keeps only this rank's rows of the layernorm output: gathered again for the weight gradient.
+  const Tensor ln2 = sp ? gathered : a.ln2;
+  tp_->enter_forward(a.ln2, ln2);
+  backend_.linear_backward(dnarrow_all, g.fc_w, g.fc_b, dwide, ln2, p.fc_w);
+  tp_->enter_backward(dnarrow_all, dnarrow);
+  backend_.layernorm_backward(dres, g.ln2_w, g.ln2_b, dnarrow, a.x_mid, p.ln2_w, a.ln2_mean, a.ln2_rstd);
+  // Attention: dres is now d(x_mid).
+  tp_->leave_backward(dres, dout);
+  if (recompute_ == ActivationRecompute::Selective) {
+    backend_.attention_forward(sequences(a.atty, b.B, b.T), a.lse, sequences(a.qkv, b.B, b.T),
+                               static_cast<int>(heads_));
+  }
+  backend_.linear_backward(datty, g.attn_proj_w, g.attn_proj_b, dout, a.atty, p.attn_proj_w);
+  backend_.attention_backward(sequences(dqkv, b.B, b.T), sequences(datty, b.B, b.T), sequences(a.qkv, b.B, b.T),
+                              sequences(a.atty, b.B, b.T), a.lse, static_cast<int>(heads_));
+  const Tensor ln1 = sp ? gathered : a.ln1;
+  tp_->enter_forward(a.ln1, ln1);
+  backend_.linear_backward(dnarrow_all, g.attn_w, g.attn_b, dqkv, ln1, p.attn_w);
+  tp_->enter_backward(dnarrow_all, dnarrow);
+  backend_.layernorm_backward(dres, g.ln1_w, g.ln1_b, dnarrow, input, p.ln1_w, a.ln1_mean, a.ln1_rstd);
+}
+
+Tensor Gpt::head_backward(const Batch& b, void* embeddings, float* dembeddings) {
+  const int64_t C = dims_.d_model;
+  const bool sp = sequence_parallel();
+  const Tensor dlogits = act(logits_offset_, {b.padded, vocab_rows_});
+  const Tensor lnf_all = sp ? all_rows(lnf_full_offset_, b) : act(lnf_offset_, {b.local, C});
+  const Tensor dlnf_all = all_rows(dnarrow_offset_, b);
+  const Tensor dlnf = own_rows(dnarrow_offset_, b);
+  // The head is column-parallel over the vocabulary: each rank's product is a partial sum.
+  backend_.matmul(dlnf_all, dlogits, param_view(embeddings, specs_[0]), Tensor(), false, false, false);
+  backend_.matmul(grad_view(dembeddings, specs_[0]), dlogits, lnf_all, Tensor(), /*trans_a=*/true, false,
+                  /*accumulate=*/true);
+  tp_->enter_backward(dlnf_all, dlnf);
+  return dlnf;
+}
+
+void Gpt::backward(float dloss, bool complete_partial_grads) {
+  if (!backward_ready_) throw std::logic_error("Gpt::backward needs the immediately preceding forward()");
+  if (dlogits_ready_ && dloss != dlogits_weight_) {
+    throw std::logic_error("Gpt::backward: dloss differs from the one forward_for_backward used");
+  }
+  const Batch b = last_batch_;
+  if (b.padded != b.rows) {
+    throw std::logic_error("Gpt::backward: under sequence parallelism B·T must be divisible by the TP size");
+  }
+  backward_ready_ = false;
+  const int L = dims_.n_layer;
+  const bool complete = sequence_parallel() && complete_partial_grads;
+  auto group_done = [&](int group, float* grads) {
+    if (complete && group > 0) complete_layernorm_grads(group, grads);
+    store_->release_params(group, Pass::Backward);
+    store_->release_grads(group);
+    if (grad_ready_) grad_ready_(group);
+  };
+  if (!dlogits_ready_) {
+    const Tensor logits = act(logits_offset_, {b.padded, vocab_rows_});
+    const Tensor targets = act(targets_offset_, {b.padded}, DType::I32);
+    if (tp_active()) {  // the loss's statistics are still those of the forward
+      backend_.vocab_parallel_cross_entropy(logits, Tensor(), targets, act(row_max_offset_, {b.padded}, DType::F32),
+                                            act(loss_stats_offset_, {2, b.padded}, DType::F32), vocab_start_,
+                                            dims_.vocab_size, true, dloss);
+    } else {
+      backend_.softmax_cross_entropy(logits, Tensor(), targets, dims_.vocab_size, true, dloss);
+    }
+  }
+  dlogits_ready_ = false;
+  // The embeddings stay acquired to the end: the tied head and the embedding both use wte.
+  void* emb = store_->acquire_params(0, Pass::Backward);
+  float* demb = store_->acquire_grads(0);
+  const Tensor dres = act(dresidual_offset_, {b.local, dims_.d_model});
+  const Tensor dlnf = head_backward(b, emb, demb);
+  backend_.zero(dres);
+  const size_t lnf_spec = specs_.size() - 2;
+  void* final_ln = store_->acquire_params(L + 1, Pass::Backward);
+  float* dfinal_ln = store_->acquire_grads(L + 1);
+  backend_.layernorm_backward(dres, grad_view(dfinal_ln, specs_[lnf_spec]), grad_view(dfinal_ln, specs_[lnf_spec + 1]),
+                              dlnf, residual(L, b), param_view(final_ln, specs_[lnf_spec]),
+                              act(lnf_mean_offset_, {b.local}, DType::F32), act(lnf_rstd_offset_, {b.local}, DType::F32));
+  group_done(L + 1, dfinal_ln);
+  for (int l = L - 1; l >= 0; --l) {
+    const BlockActs a = block_acts(l, b);
+    const BlockParams p = block_params(l, store_->acquire_params(l + 1, Pass::Backward), dtype_);
+    float* grads = store_->acquire_grads(l + 1);
+    const BlockParams g = block_params(l, grads, DType::F32);
+    if (recompute_ == ActivationRecompute::Full) block_forward(p, a, residual(l, b), false, false, b);
+    block_backward(p, g, a, residual(l, b), dres, b);
+    group_done(l + 1, grads);
+  }
+  const Tensor tokens = act(tokens_offset_, {b.B, b.T}, DType::I32);
+  const Tensor dwte = grad_view(demb, specs_[0]), dwpe = grad_view(demb, specs_[1]);
+  if (tp_active()) {
+    // Every rank needs every token's gradient for its rows of the table (g's backward).
+    const Tensor dall = sequence_parallel() ? all_rows(dfull_offset_, b) : dres;
+    tp_->leave_backward(dres, dall);
+    backend_.embedding_backward_slice(dwte, dwpe, sequences(dall, b.B, b.T), tokens, vocab_start_);
+  } else {
+    backend_.embedding_backward(dwte, dwpe, sequences(dres, b.B, b.T), tokens);
+  }
+  group_done(0, demb);
+}
+
+}  // namespace strata
