@@ -194,7 +194,8 @@ struct ParallelismConfig {
   int tensor_model_parallel_size = 1;
   /// Pipeline stages.
   int pipeline_model_parallel_size = 1;
-  /// Split layernorm/dropout activations along the sequence over the TP ranks.
+  /// Split the residual stream's token rows (layernorms, residual adds) over the TP ranks
+  /// between the linear layers; TP must divide micro-batch × seq_len. No effect at TP = 1.
   bool sequence_parallel = false;
   /// Pipeline schedule settings.
   PipelineConfig pipeline;

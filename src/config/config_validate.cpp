@@ -156,6 +156,22 @@ int check_parallelism(const Config& c, int world_size, Problems& p) {
   return static_cast<int>(world_size / model_parallel);
 }
 
+// Sequence parallelism splits a micro-batch's token rows (micro-batch × seq_len) over the TP
+// ranks: TP must divide them.
+void check_sequence_parallel(const Config& c, int dp_size, Problems& p) {
+  const int tp = c.parallelism.tensor_model_parallel_size;
+  if (!c.parallelism.sequence_parallel || tp <= 1 || dp_size < 1 || c.model.seq_len < 1) return;
+  BatchSizes sizes;
+  if (derive_batch_sizes(c, dp_size, sizes)) return;  // reported by check_batch
+  const int64_t rows = int64_t{sizes.micro} * c.model.seq_len;
+  if (rows % tp != 0)
+    p.add("parallelism.sequence_parallel",
+          fmt::format("splits a micro-batch's train_micro_batch_size_per_gpu × model.seq_len = {} × {} = {} token "
+                      "rows over tensor_model_parallel_size {}, which does not divide them; choose a micro-batch or "
+                      "seq_len whose product TP divides, or set sequence_parallel: false",
+                      sizes.micro, c.model.seq_len, rows, tp));
+}
+
 void check_batch(const Config& c, int dp_size, Problems& p) {
   bool usable = true;
   const std::pair<const char*, std::optional<int>> keys[] = {
@@ -225,11 +241,8 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
     p.add("zero_optimization.offload_param.device",
           fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_param.device)));
   const ParallelismConfig& par = c.parallelism;
-  if (par.tensor_model_parallel_size > 1)
-    p.add("parallelism.tensor_model_parallel_size", "tensor parallelism (size > 1) is not supported yet");
   if (par.pipeline_model_parallel_size > 1)
     p.add("parallelism.pipeline_model_parallel_size", "pipeline parallelism (size > 1) is not supported yet");
-  if (par.sequence_parallel) p.add("parallelism.sequence_parallel", "sequence parallelism is not supported yet");
   if (par.pipeline.schedule != PipelineSchedule::OneFOneB)
     p.add("parallelism.pipeline.schedule",
           fmt::format("the {} schedule is not supported yet", to_string(par.pipeline.schedule)));
@@ -238,8 +251,6 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
   if (par.pipeline.partition != PipelinePartition::Uniform)
     p.add("parallelism.pipeline.partition",
           fmt::format("the {} partition is not supported yet; use uniform", to_string(par.pipeline.partition)));
-  if (c.model.recompute == Recompute::Selective)
-    p.add("model.recompute", "selective recomputation is not supported yet; use none or full");
   const ActivationCheckpointingConfig& a = c.activation_checkpointing;
   const std::pair<const char*, bool> switches[] = {
       {"partition_activations", a.partition_activations},
@@ -320,6 +331,7 @@ std::vector<ConfigError> check_config(const Config& c, int world_size) {
   Problems grid;
   const int dp_size = check_parallelism(c, world_size, grid);
   check_batch(c, dp_size, p);
+  check_sequence_parallel(c, dp_size, p);
   check_optimizer(c.optimizer, p);
   check_scheduler(c.scheduler, p);
   check_precision(c, p);

@@ -50,9 +50,10 @@ LossScalerSettings scaler_settings(const EngineSettings& s) {
 }  // namespace
 
 Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
-               ActivationRecompute recompute, const EngineSettings& settings)
-    : backend_(backend), dp_(dp), scalars_(scalars), dims_(dims), settings_(settings), specs_(gpt_param_specs(dims)),
-      loss_scaler_(scaler_settings(settings)) {
+               ActivationRecompute recompute, const EngineSettings& settings, Comm* tp)
+    : backend_(backend), dp_(dp), scalars_(scalars),
+      tp_(std::make_unique<TensorParallel>(tp, settings.sequence_parallel)), dims_(dims), settings_(settings),
+      specs_(gpt_param_specs(dims, {tp_->rank(), tp_->size()})), loss_scaler_(scaler_settings(settings)) {
   if (settings.precision != DType::F32 && settings.precision != DType::BF16 && settings.precision != DType::F16) {
     throw std::logic_error(std::string("Engine: precision must be F32, BF16 or F16, got ") +
                            dtype_name(settings.precision));
@@ -69,9 +70,11 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
     partition_ = std::make_unique<FlatPartition>(units, p, dp.rank());
     sharded_store_ = std::make_unique<ShardedParamStore>(backend_, dp_, groups, *partition_, settings.overlap_comm,
                                                          &times_.comm_wait, settings.precision);
-    model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, sharded_store_.get(), settings.precision);
+    model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, sharded_store_.get(), settings.precision,
+                                   tp_.get());
     optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
                                          partition_->shard_numel());
+    norm_runs_ = tp_norm_runs(specs_, partition_->owned_runs(), tp_->size());
     return;
   }
   const std::vector<FlatRange> bucket_ranges = make_buckets(n, settings.reduce_bucket_size, p);
@@ -79,12 +82,17 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   partition_ = std::make_unique<FlatPartition>(settings.zero_stage == 0 ? std::vector<FlatRange>{{0, n}} : bucket_ranges,
                                                p, dp.rank());
   flat_store_ = std::make_unique<FlatParamStore>(backend_, specs_, round_up(n, p), settings.precision);
-  model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, flat_store_.get(), settings.precision);
+  model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, flat_store_.get(), settings.precision,
+                                 tp_.get());
   model_->set_grad_ready_callback([this](int group) { on_grad_ready(group); });
   for (size_t k = bucket_ranges.size(); k-- > 0;) {
     buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k, lowest_group(bucket_ranges[k], groups)});
   }
   in_flight_.resize(buckets_.size());
+  // The gradient norm's share of this rank: flat at stage 0 (every DP rank holds all of it),
+  // the owned shard otherwise.
+  norm_runs_ = settings.zero_stage == 0 ? tp_norm_runs(specs_, {{0, 0, n}}, tp_->size())
+                                        : tp_norm_runs(specs_, partition_->owned_runs(), tp_->size());
   if (settings.zero_stage == 0) {
     if (mixed()) master_ = backend_.allocate(static_cast<size_t>(flat_store_->capacity()) * sizeof(float));
     optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, flat_ranges(specs_), n);
@@ -209,12 +217,16 @@ float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, i
   reducing_ = settings_.zero_stage == 2 || (settings_.zero_stage < 2 && last);
   next_bucket_ = 0;
   Timer t;
+  const double tp_wait_before = tp_->wait_seconds();
   // The scale is a power of two (or 1), so scaling dloss adds no rounding of its own.
   const float scaled_dloss = static_cast<float>(dloss * loss_scaler_.scale());
   const float loss = model_->forward_for_backward(tokens, targets, B, T, scaled_dloss);
   times_.forward += phase_seconds(t);
   t.reset();
-  model_->backward(scaled_dloss);
+  // Gradients SP leaves partial per TP rank are completed once they hold every micro-batch that
+  // the coming reduction carries (stages 2-3 reduce each micro-batch's gradient on its own).
+  model_->backward(scaled_dloss, /*complete_partial_grads=*/settings_.zero_stage >= 2 || last);
+  times_.tp_wait += tp_->wait_seconds() - tp_wait_before;
   if (reducing_) {
     // Without overlap nothing was issued during backward; with it, whatever is left.
     while (next_bucket_ < buckets_.size()) issue_reduction(next_bucket_++);
@@ -290,16 +302,11 @@ void Engine::finish_reduction() {
 
 StepOutcome Engine::apply(double lr) {
   const Timer t;
-  double norm_squared = 0.0;
   const Tensor params = master_params();
   Tensor grads;
   const int64_t shard = partition_->shard_numel();
   switch (settings_.zero_stage) {
-    case 0:
-      grads = model_->grads_flat();
-      // Replicated: every rank computes the same sum over the same values.
-      norm_squared = backend_.sum_squares(grads);
-      break;
+    case 0: grads = model_->grads_flat(); break;
     case 1:
     case 2:
       grads = grad_shard_.view(0, DType::F32, {shard});
@@ -315,11 +322,7 @@ StepOutcome Engine::apply(double lr) {
       grads = sharded_store_->grads();
       break;
   }
-  if (settings_.zero_stage > 0) {
-    // Padding is zero, so the shard's sum of squares is exactly its owned part's; summed in
-    // rank order, the total is the same on every rank.
-    for (double part : all_gather_doubles(scalars_, {backend_.sum_squares(grads)})) norm_squared += part;
-  }
+  const double norm_squared = grad_norm_squared(grads);
   StepOutcome out;
   out.loss_scale = loss_scaler_.scale();
   // Any inf/nan in any rank's gradient makes the global sum of squares non-finite, and every

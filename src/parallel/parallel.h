@@ -10,6 +10,7 @@
 #include "comm/comm.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace strata {
 
@@ -81,6 +82,14 @@ struct SpecSlice {
 // Cuts the flat range [flat_begin, flat_begin + count) along parameter boundaries.
 std::vector<SpecSlice> slices_by_spec(const std::vector<ParamSpec>& specs, int64_t flat_begin, int64_t count);
 
+// The parts of a gradient tensor laid out by `runs` (flat ranges and their place in the tensor:
+// an owned shard, or {0, 0, N} for the flat layout) that the global gradient norm counts on this
+// rank (specs carry its TP rank): without TP all of them; under TP the parameters split over the
+// group, and those replicated on every TP rank only on TP rank 0, so that each counts once.
+// As [begin, end) ranges of the tensor, adjacent ones merged.
+std::vector<FlatRange> tp_norm_runs(const std::vector<ParamSpec>& specs, const std::vector<OwnedRun>& runs,
+                                    int tp_size);
+
 // ---- scalar collectives ------------------------------------------------------------------
 // Every rank's values (k each, same k everywhere), concatenated in rank order, bit-exact.
 // Doubles travel as raw words so sums formed from them in a fixed order agree on every rank.
@@ -98,6 +107,9 @@ struct EngineSettings {
   // weights, gradient accumulation and Adam state. F16 adds loss scaling (loss_scaler).
   DType precision = DType::F32;
   LossScalerSettings loss_scaler;
+  // Tensor parallelism (with a TP communicator of two ranks or more): the token rows of the
+  // residual stream are split over the TP group between the linear layers.
+  bool sequence_parallel = false;
   // wall_clock_breakdown: every timed phase ends by synchronizing the backend, so that device
   // work is charged to the phase that issued it, not to the next host wait (a little overlap
   // between phases is lost, as with DeepSpeed's synchronized timers).
@@ -122,10 +134,10 @@ struct StepOutcome {
   double next_loss_scale = 1.0;
 };
 
-// Seconds since begin_step; comm_wait is time blocked on DP collectives (included in the
-// phase during which it happened).
+// Seconds since begin_step; comm_wait is time blocked on DP collectives, tp_wait on the model's
+// tensor-parallel collectives (both included in the phase during which they happened).
 struct EngineTimes {
-  double forward = 0, backward = 0, comm_wait = 0, optimizer = 0;
+  double forward = 0, backward = 0, comm_wait = 0, tp_wait = 0, optimizer = 0;
 };
 
 enum class StateKind { Params, ExpAvg, ExpAvgSq };
@@ -141,17 +153,20 @@ class ShardedParamStore;
 
 // One data-parallel replica group: owns the model (and for stage 3 its sharded store), the
 // gradient reduction and the AdamW step. Every member rank calls the same methods in the same
-// order. `dp` carries the gradient and parameter traffic; `scalars` the few scalar collectives
-// (gradient norm), so that dp's counters hold exactly the ZeRO traffic.
+// order. `dp` carries the gradient and parameter traffic; `scalars` (the world, ranks ordered
+// TP fastest, then DP) the few scalar collectives (gradient norm), so that dp's counters hold
+// exactly the ZeRO traffic. `tp` (optional): this rank's tensor-parallel group; the model is then
+// this rank's slice (see Gpt) and ZeRO partitions that slice over `dp`.
 class Engine {
  public:
   Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
-         ActivationRecompute recompute, const EngineSettings& settings);
+         ActivationRecompute recompute, const EngineSettings& settings, Comm* tp = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   Gpt& model() { return *model_; }
+  const TensorParallel& tensor_parallel() const { return *tp_; }
   int zero_stage() const { return settings_.zero_stage; }
   DType precision() const { return settings_.precision; }
   const FlatPartition& partition() const { return *partition_; }
@@ -219,10 +234,19 @@ class Engine {
   void refresh_working_params(bool working_current = false);
   float* flat_params() const;  // fp32 only: the model's flat parameters
   float* flat_grads() const;
+  // Σ g² over this rank's gradient tensor `grads` (flat at stage 0, its shard otherwise) that
+  // the global norm counts from this rank: all of it without TP; under TP the parameters split
+  // over the group, and the replicated ones on TP rank 0 only (norm_runs_).
+  double grad_norm_squared_part(const Tensor& grads);
+  // The global Σ g², the same bits on every rank.
+  double grad_norm_squared(const Tensor& grads);
+  // (offset, count) ranges of the gradient tensor the norm counts on this rank, under TP.
+  std::vector<FlatRange> norm_runs_;
 
   Backend& backend_;
   Comm& dp_;
   Comm& scalars_;
+  std::unique_ptr<TensorParallel> tp_;
   GptDims dims_;
   EngineSettings settings_;
   std::vector<ParamSpec> specs_;

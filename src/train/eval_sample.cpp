@@ -6,31 +6,34 @@
 
 namespace strata {
 
-double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches, Comm& comm,
-                     bool lockstep) {
+double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches, Comm& world,
+                     int dp_rank, int dp_size, bool lockstep) {
   // The val split is read from its start in file order, identically at every evaluation.
   const GlobalSampler sampler(data, seq_len, /*shuffle=*/false, /*seed=*/0);
   const int64_t total = std::min<int64_t>(batches * micro_batch, sampler.num_sequences());
   const int64_t n_batches = (total + micro_batch - 1) / micro_batch;
-  const int ranks = comm.size(), rank = comm.rank();
-  // Batch b is evaluated by rank b mod ranks in round b / ranks.
-  const int64_t rounds = (n_batches + ranks - 1) / ranks;
+  // Batch b is evaluated by DP rank b mod DP in round b / DP, by every rank of that replica
+  // (its TP ranks run the same forward together).
+  const int64_t rounds = (n_batches + dp_size - 1) / dp_size;
   std::vector<int32_t> tokens(static_cast<size_t>(micro_batch) * seq_len);
   std::vector<int32_t> targets(tokens.size());
   auto batch_size = [&](int64_t b) { return static_cast<int>(std::min<int64_t>(micro_batch, total - b * micro_batch)); };
   std::vector<float> mine(static_cast<size_t>(rounds), 0.0f);
   for (int64_t k = 0; k < rounds; ++k) {
-    const int64_t b = k * ranks + rank;
+    const int64_t b = k * dp_size + dp_rank;
     if (b >= n_batches && !lockstep) break;
     const int64_t run = b < n_batches ? b : 0;  // lockstep ranks without a batch repeat batch 0 and drop it
     read_sequences(data, sampler, run * micro_batch, batch_size(run), tokens.data(), targets.data());
     const float loss = model.forward(tokens.data(), targets.data(), batch_size(run), seq_len);
     if (b < n_batches) mine[static_cast<size_t>(k)] = loss;
   }
-  const std::vector<float> all = all_gather_floats(comm, mine);
+  // The world is ordered TP fastest, then DP: DP rank d's first rank is world rank d · (world / DP).
+  const std::vector<float> all = all_gather_floats(world, mine);
+  const int64_t ranks_per_replica = world.size() / dp_size;
   double loss_sum = 0;
   for (int64_t b = 0; b < n_batches; ++b) {
-    loss_sum += static_cast<double>(all[static_cast<size_t>((b % ranks) * rounds + b / ranks)]) * batch_size(b);
+    const int64_t rank = (b % dp_size) * ranks_per_replica;
+    loss_sum += static_cast<double>(all[static_cast<size_t>(rank * rounds + b / dp_size)]) * batch_size(b);
   }
   return loss_sum / static_cast<double>(total);
 }
@@ -40,25 +43,14 @@ std::string sample_text(Gpt& model, const std::string& prompt, int count, Rng& r
   std::vector<int32_t> tokens = byte_encode(prompt.empty() ? std::string("\n") : prompt);
   const size_t prompt_length = prompt.empty() ? 0 : tokens.size();
   std::vector<double> probs(static_cast<size_t>(dims.vocab_size));
-  std::vector<float> last_row;
-  std::vector<unsigned char> row_bytes;
   for (int i = 0; i < count; ++i) {
     const size_t context = std::min<size_t>(tokens.size(), static_cast<size_t>(dims.seq_len));
     const int32_t* window = tokens.data() + (tokens.size() - context);
-    const Tensor logits = model.forward_logits(window, 1, static_cast<int>(context));
-    // The last position's logits, brought to the host, in fp32 whatever the working dtype.
-    const size_t vp = static_cast<size_t>(dims.padded_vocab);
-    const size_t element = dtype_size(logits.dtype);
-    row_bytes.resize(vp * element);
-    last_row.resize(vp);
-    const Tensor last_logits(static_cast<char*>(logits.data) + (context - 1) * vp * element, logits.dtype,
-                             {static_cast<int64_t>(vp)}, logits.device);
-    model.backend().copy(last_logits, Tensor(row_bytes.data(), logits.dtype, {static_cast<int64_t>(vp)}, Device::CPU));
-    convert_elements(row_bytes.data(), logits.dtype, last_row.data(), DType::F32, vp);
-    const float* last = last_row.data();
-    const double max_logit = *std::max_element(last, last + dims.vocab_size);
+    // The last position's logits over the real vocabulary (gathered from the TP slices), fp32.
+    const std::vector<float> last = model.last_token_logits(window, static_cast<int>(context));
+    const double max_logit = *std::max_element(last.begin(), last.end());
     double total = 0;
-    for (int v = 0; v < dims.vocab_size; ++v) total += probs[static_cast<size_t>(v)] = std::exp(last[v] - max_logit);
+    for (int v = 0; v < dims.vocab_size; ++v) total += probs[static_cast<size_t>(v)] = std::exp(last[static_cast<size_t>(v)] - max_logit);
     double u = static_cast<double>(rng.uniform()) * total;
     int32_t next = dims.vocab_size - 1;
     for (int v = 0; v < dims.vocab_size; ++v) {

@@ -36,6 +36,7 @@ std::string format_step_line(const StepMetrics& m) {
     line += fmt::format(" | fwd {:.0f} bwd {:.0f} opt {:.0f} ms, comm wait {:.0f} ms ({:.0f}%)", m.forward_seconds * 1e3,
                         m.backward_seconds * 1e3, m.optimizer_seconds * 1e3, m.comm_wait_seconds * 1e3,
                         m.step_seconds > 0 ? 100 * m.comm_wait_seconds / m.step_seconds : 0.0);
+    if (m.tp_wait_seconds >= 0) line += fmt::format(", TP wait {:.0f} ms", m.tp_wait_seconds * 1e3);
   }
   return line;
 }
@@ -61,8 +62,10 @@ nlohmann::json step_record(const StepMetrics& m) {
     r["backward_s"] = m.backward_seconds;
     r["optimizer_s"] = m.optimizer_seconds;
     r["comm_wait_s"] = m.comm_wait_seconds;
+    if (m.tp_wait_seconds >= 0) r["tp_wait_s"] = m.tp_wait_seconds;
   }
   if (!m.comm.is_null()) r["comm"] = m.comm;
+  if (!m.comm_calls.is_null()) r["comm_calls"] = m.comm_calls;
   return r;
 }
 

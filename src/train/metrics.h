@@ -19,14 +19,17 @@ struct StepMetrics {
   size_t peak_memory_bytes = 0;
   double eta_seconds = 0;
   // wall_clock_breakdown phases (seconds), negative when not measured; comm_wait is the time
-  // blocked on data-parallel collectives, part of the phase it happened in
+  // blocked on data-parallel collectives, tp_wait on tensor-parallel ones (< 0 without TP), each
+  // part of the phase it happened in
   double forward_seconds = -1, backward_seconds = -1, comm_wait_seconds = -1, optimizer_seconds = -1;
+  double tp_wait_seconds = -1;
   // fp16: the loss scale the step's gradients carried (< 0 outside fp16) and whether an
   // overflow skipped the optimizer step
   double loss_scale = -1;
   bool skipped = false;
-  // Payload bytes per communicator and operation during the step, e.g. {"dp.all_reduce": 1024}
-  nlohmann::json comm;
+  // Payload bytes per communicator and operation during the step, e.g. {"dp.all_reduce": 1024},
+  // and the number of calls of each
+  nlohmann::json comm, comm_calls;
 };
 
 std::string format_step_line(const StepMetrics& m);

@@ -65,14 +65,19 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.loss_scaler.consecutive_hysteresis = f.consecutive_hysteresis;
   s.loss_scaler.min_scale = f.min_loss_scale;
   s.synchronize_phases = cfg.wall_clock_breakdown;
+  s.sequence_parallel = cfg.parallelism.sequence_parallel && cfg.derived.tp_size > 1;
   return s;
 }
 
 void check_runnable(const Config& cfg, int world_size, bool dump_grads) {
-  if (cfg.derived.dp_size != world_size) {
-    throw UserError(fmt::format("the job has {} ranks but the layout gives data parallelism {}: this build runs "
-                                "data parallelism only (every rank one DP replica)",
-                                world_size, cfg.derived.dp_size));
+  if (cfg.derived.dp_size * cfg.derived.tp_size * cfg.derived.pp_size != world_size) {
+    throw UserError(fmt::format("the job has {} ranks but the layout is DP {} x TP {} x PP {}", world_size,
+                                cfg.derived.dp_size, cfg.derived.tp_size, cfg.derived.pp_size));
+  }
+  if (dump_grads && cfg.derived.tp_size > 1) {
+    throw UserError(fmt::format("--dump-grads writes the whole gradient from one rank, which tensor parallelism "
+                                "splits over {} ranks; run it with --set parallelism.tensor_model_parallel_size=1",
+                                cfg.derived.tp_size));
   }
   if (dump_grads && cfg.zero_optimization.stage != 0) {
     throw UserError(fmt::format("--dump-grads writes the whole gradient, which only ZeRO stage 0 keeps on one rank; "

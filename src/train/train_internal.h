@@ -73,13 +73,15 @@ LoopState read_training_checkpoint(const std::string& path, const std::string& s
 // the loss scale they carry (fp16) so that they are the true gradients.
 void dump_gradients(const std::string& path, Gpt& model, double loss_scale);
 
-// Mean loss over `batches` micro-batches read from the start of the split. The ranks of `comm`
-// share the batches and gather the per-batch losses, summed in batch order, so the result is
-// the single-rank value on every rank. lockstep: every rank runs the same number of forwards
-// (needed when forward itself communicates, as with ZeRO-3).
-double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches, Comm& comm,
-                     bool lockstep);
-// Continues `prompt` (byte-level text) by `count` tokens sampled at temperature 1.
+// Mean loss over `batches` micro-batches read from the start of the split. The DP replicas
+// share the batches (the TP ranks of one replica run each batch together) and gather the
+// per-batch losses over `world` (ordered TP fastest, then DP), summed in batch order, so the
+// result is the single-rank value on every rank. lockstep: every DP rank runs the same number
+// of forwards (needed when forward communicates over DP, as with ZeRO-3).
+double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches, Comm& world,
+                     int dp_rank, int dp_size, bool lockstep);
+// Continues `prompt` (byte-level text) by `count` tokens sampled at temperature 1. Under TP every
+// rank of the group calls it (the logits' slices are gathered) and gets the same text.
 std::string sample_text(Gpt& model, const std::string& prompt, int count, Rng& rng);
 
 }  // namespace strata

@@ -1,9 +1,10 @@
 // Checkpoint contents of a training run: fp32 parameters ("model.<HF name>", the master copy
 // under mixed precision), Adam moments ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>") as
-// flat ranges of each tensor cut from whatever this rank owns under its ZeRO layout, and the
-// loop state (step, schedule, optimizer step count, fp16 loss scaler, sampling RNG), with the
-// config and layout in the manifest. Loading reads the ranges the current layout needs,
-// whatever layout (or precision) saved them.
+// boxes of each global tensor cut from whatever this rank owns under its TP slice and ZeRO
+// layout (parameters replicated over TP saved by TP rank 0 only), and the loop state (step,
+// schedule, optimizer step count, fp16 loss scaler, sampling RNG), with the config and layout in
+// the manifest. Loading reads the boxes the current layout needs, whatever layout (or
+// precision) saved them.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -30,13 +31,36 @@ constexpr StateKind kAllKinds[] = {StateKind::Params, StateKind::ExpAvg, StateKi
 void check_saved_shape(const CheckpointReader& reader, const std::string& key, const ParamSpec& spec, int vocab_size) {
   const TensorInfo& info = reader.info(key);
   const bool is_wte = spec.name == "wte.weight";
-  bool fits = info.global_shape.size() == spec.shape.size();
-  for (size_t d = 0; fits && d < spec.shape.size(); ++d) {
-    fits = (d == 0 && is_wte) ? info.global_shape[0] >= vocab_size : info.global_shape[d] == spec.shape[d];
+  const std::vector<int64_t>& want = spec.global_shape;
+  bool fits = info.global_shape.size() == want.size();
+  for (size_t d = 0; fits && d < want.size(); ++d) {
+    fits = (d == 0 && is_wte) ? info.global_shape[0] >= vocab_size : info.global_shape[d] == want[d];
   }
   if (!fits) {
     throw UserError(fmt::format("{}: tensor {} has shape {} in the checkpoint but the model needs {}", reader.path(),
-                                key, nlohmann::json(info.global_shape).dump(), nlohmann::json(spec.shape).dump()));
+                                key, nlohmann::json(info.global_shape).dump(), nlohmann::json(want).dump()));
+  }
+}
+
+// Elements [slice.begin, + slice.count) of this rank's tensor into dst, from whichever pieces of
+// the saved global tensor hold them.
+void read_slice(const CheckpointReader& reader, const std::string& key, const SpecSlice& slice, int vocab_size,
+                int d_model, float* dst) {
+  const ParamSpec& spec = *slice.spec;
+  if (spec.name == "wte.weight") {
+    // One run of the table (TP splits it by rows). Rows past the real vocabulary are padding: zero
+    // here, whatever padding (another TP size) saved them.
+    const GlobalRun run = tp_global_runs(spec, slice.begin, slice.count).at(0);
+    const int64_t real = int64_t{vocab_size} * d_model;
+    const int64_t count = std::max<int64_t>(0, std::min(run.count, real - run.global_begin));
+    if (count > 0) reader.read_flat(key, run.global_begin, count, DType::F32, dst);
+    std::fill(dst + count, dst + slice.count, 0.0f);
+    return;
+  }
+  const GlobalBoxes boxes = tp_global_boxes(spec, slice.begin, slice.count);
+  for (const ViewBox& box : boxes.boxes) {
+    reader.read_view_box(key, boxes.view, box.offset, box.shape, DType::F32, dst);
+    dst += box.numel();
   }
 }
 
@@ -54,15 +78,22 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
   for (StateKind kind : kAllKinds) {
     for (const FlatSpan& span : engine.saved_spans(kind)) {
       for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
-        TensorPiece p;
-        p.name = state_prefix(kind) + slice.spec->name;
-        p.dtype = DType::F32;
-        p.global_shape = slice.spec->shape;
-        p.view_shape = {slice.spec->numel};
-        p.offset = {slice.begin};
-        p.shape = {slice.count};
-        p.data = span.data + slice.span_offset;
-        pieces.push_back(std::move(p));
+        // Every TP rank holds the replicated parameters (bit-identical): one copy is saved.
+        if (!slice.spec->tp_sharded() && slice.spec->tp_rank != 0) continue;
+        const GlobalBoxes boxes = tp_global_boxes(*slice.spec, slice.begin, slice.count);
+        const float* data = span.data + slice.span_offset;
+        for (const ViewBox& box : boxes.boxes) {
+          TensorPiece p;
+          p.name = state_prefix(kind) + slice.spec->name;
+          p.dtype = DType::F32;
+          p.global_shape = slice.spec->global_shape;
+          p.view_shape = boxes.view;
+          p.offset = box.offset;
+          p.shape = box.shape;
+          p.data = data;
+          data += box.numel();
+          pieces.push_back(std::move(p));
+        }
       }
     }
   }
@@ -113,12 +144,8 @@ LoopState read_loop_state(const CheckpointReader& reader, const std::string& sou
     for (const ParamSpec& spec : specs) check_saved_shape(reader, state_prefix(kind) + spec.name, spec, dims.vocab_size);
     for (const FlatSpan& span : engine.held_spans(kind)) {
       for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
-        float* dst = span.data + slice.span_offset;
-        // wte rows past the real vocabulary are padding: zero here, whatever padding saved them.
-        const int64_t real = slice.spec->name == "wte.weight" ? int64_t{dims.vocab_size} * dims.d_model : slice.spec->numel;
-        const int64_t count = std::max<int64_t>(0, std::min(slice.count, real - slice.begin));
-        if (count > 0) reader.read_flat(state_prefix(kind) + slice.spec->name, slice.begin, count, DType::F32, dst);
-        std::fill(dst + count, dst + slice.count, 0.0f);
+        read_slice(reader, state_prefix(kind) + slice.spec->name, slice, dims.vocab_size, dims.d_model,
+                   span.data + slice.span_offset);
       }
     }
   }

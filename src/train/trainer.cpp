@@ -35,7 +35,11 @@ void limit_blas_threads(const MpiRuntime& mpi) {
 std::string bytes_text(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
 ActivationRecompute recompute_of(const Config& cfg) {
-  return cfg.model.recompute == Recompute::Full ? ActivationRecompute::Full : ActivationRecompute::None;
+  switch (cfg.model.recompute) {
+    case Recompute::Full: return ActivationRecompute::Full;
+    case Recompute::Selective: return ActivationRecompute::Selective;
+    default: return ActivationRecompute::None;
+  }
 }
 
 std::string precision_text(DType precision) {
@@ -92,7 +96,7 @@ class Trainer {
         metrics_(setup_->metrics),
         engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_, topology_.dp(),
                                           topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
-                                          engine_settings_from_config(cfg_))),
+                                          engine_settings_from_config(cfg_), &topology_.tp())),
         engine_(*engine_owner_),
         schedule_(lr_schedule_from_config(cfg_)) {
     BatchLayout layout;
@@ -122,7 +126,7 @@ class Trainer {
   void describe_devices();
   bool agree_to_stop();
   void reset_traffic();
-  nlohmann::json traffic();
+  void traffic(StepMetrics& m);
 
   const MpiRuntime& mpi_;
   Config cfg_;
@@ -254,24 +258,40 @@ void Trainer::warn_if_data_order_changed(const nlohmann::json& saved) const {
 // Every rank's memory, gathered to all (cheap, once) and reported by rank 0.
 void Trainer::report_memory() {
   const EngineMemory mem = engine_.memory();
-  const std::vector<double> mine = {static_cast<double>(mem.params), static_cast<double>(mem.grads),
+  const ActivationBytes& act = engine_.model().activation_breakdown();
+  const std::vector<double> mine = {static_cast<double>(mem.params),    static_cast<double>(mem.grads),
                                     static_cast<double>(mem.optimizer), static_cast<double>(mem.workspace),
-                                    static_cast<double>(engine_.model().activation_bytes())};
+                                    static_cast<double>(act.total),     static_cast<double>(act.per_layer),
+                                    static_cast<double>(act.shared)};
   const std::vector<double> all = all_gather_doubles(topology_.world(), mine);
   nlohmann::json ranks = nlohmann::json::array();
-  log_info("memory per rank (ZeRO stage {}, DP {}):", cfg_.zero_optimization.stage, cfg_.derived.dp_size);
-  log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12}", "rank", "params", "grads", "optimizer", "workspace",
-           "activations");
+  log_info("memory per rank (ZeRO stage {}, DP {}, TP {}{}, recompute {}):", cfg_.zero_optimization.stage,
+           cfg_.derived.dp_size, cfg_.derived.tp_size, engine_.tensor_parallel().sequence_parallel() ? " with SP" : "",
+           to_string(cfg_.model.recompute));
+  log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12} {:>14}", "rank", "params", "grads", "optimizer", "workspace",
+           "activations", "per layer");
   for (int r = 0; r < topology_.world().size(); ++r) {
     const double* v = all.data() + static_cast<size_t>(r) * mine.size();
     const auto bytes = [&](int i) { return static_cast<int64_t>(v[i]); };
-    log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12}", r, bytes_text(bytes(0)), bytes_text(bytes(1)),
-             bytes_text(bytes(2)), bytes_text(bytes(3)), bytes_text(bytes(4)));
-    ranks.push_back({{"rank", r}, {"params", bytes(0)}, {"grads", bytes(1)}, {"optimizer", bytes(2)},
-                     {"workspace", bytes(3)}, {"activations", bytes(4)}});
+    log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12} {:>14}", r, bytes_text(bytes(0)), bytes_text(bytes(1)),
+             bytes_text(bytes(2)), bytes_text(bytes(3)), bytes_text(bytes(4)), bytes_text(bytes(5)));
+    ranks.push_back({{"rank", r},
+                     {"params", bytes(0)},
+                     {"grads", bytes(1)},
+                     {"optimizer", bytes(2)},
+                     {"workspace", bytes(3)},
+                     {"activations", bytes(4)},
+                     {"activations_per_layer", bytes(5)},
+                     {"activations_shared", bytes(6)}});
   }
-  metrics_.write({{"type", "memory"}, {"zero_stage", cfg_.zero_optimization.stage}, {"dp", cfg_.derived.dp_size},
-                  {"n_params", cfg_.derived.n_params}, {"ranks", ranks}});
+  metrics_.write({{"type", "memory"},
+                  {"zero_stage", cfg_.zero_optimization.stage},
+                  {"dp", cfg_.derived.dp_size},
+                  {"tp", cfg_.derived.tp_size},
+                  {"sequence_parallel", engine_.tensor_parallel().sequence_parallel()},
+                  {"recompute", to_string(cfg_.model.recompute)},
+                  {"n_params", cfg_.derived.n_params},
+                  {"ranks", ranks}});
 }
 
 void Trainer::describe_devices() {
@@ -305,12 +325,14 @@ void Trainer::reset_traffic() {
   for (Comm* c : topology_.all_comms()) c->counters().reset();
 }
 
-nlohmann::json Trainer::traffic() {
-  nlohmann::json out = nlohmann::json::object();
+void Trainer::traffic(StepMetrics& m) {
+  m.comm = m.comm_calls = nlohmann::json::object();
   for (Comm* c : topology_.all_comms()) {
-    for (const auto& [op, stats] : c->counters().by_op) out[c->name() + "." + op] = stats.payload_bytes;
+    for (const auto& [op, stats] : c->counters().by_op) {
+      m.comm[c->name() + "." + op] = stats.payload_bytes;
+      m.comm_calls[c->name() + "." + op] = stats.calls;
+    }
   }
-  return out;
 }
 
 void Trainer::train_step(StepMetrics& m) {
@@ -350,10 +372,15 @@ void Trainer::train_step(StepMetrics& m) {
                       {"next_loss_scale", outcome.next_loss_scale}});
     }
   }
-  // Micro-batch losses of all ranks in global batch order (rank-major), summed in that order:
-  // the same figure, bit for bit, as one rank running every micro-batch.
+  // Micro-batch losses of the DP replicas in global batch order (rank-major), summed in that
+  // order: the same figure, bit for bit, as one rank running every micro-batch. The world is
+  // ordered TP fastest; a replica's TP ranks hold the same losses, and its first one counts.
+  const std::vector<float> all = all_gather_floats(topology_.world(), losses);
+  const size_t per_rank = losses.size(), tp = static_cast<size_t>(cfg_.derived.tp_size);
   double loss_sum = 0;
-  for (float l : all_gather_floats(topology_.world(), losses)) loss_sum += l;
+  for (size_t r = 0; r * per_rank < all.size(); r += tp) {
+    for (size_t i = 0; i < per_rank; ++i) loss_sum += all[r * per_rank + i];
+  }
 
   m.step = state_.step;
   m.loss = loss_sum / (static_cast<double>(gas) * cfg_.derived.dp_size);
@@ -367,12 +394,13 @@ void Trainer::train_step(StepMetrics& m) {
   // On a device the allocator's high-water mark; on the CPU the process's peak RSS.
   m.peak_memory_bytes =
       backend_.device() == Device::CPU ? peak_host_memory_bytes() : backend_.memory_stats().peak_allocated_bytes;
-  m.comm = traffic();
+  traffic(m);
   if (cfg_.wall_clock_breakdown) {
     const EngineTimes& t = engine_.times();
     m.forward_seconds = t.forward;
     m.backward_seconds = t.backward;
     m.comm_wait_seconds = t.comm_wait;
+    if (cfg_.derived.tp_size > 1) m.tp_wait_seconds = t.tp_wait;
     m.optimizer_seconds = t.optimizer;
   }
 }
@@ -397,13 +425,14 @@ void Trainer::save(int64_t step) {
 void Trainer::evaluate(int64_t step) {
   if (!val_data_) return;
   const Timer t;
-  const double val_loss = evaluate_loss(engine_.model(), *val_data_, dims_.seq_len, cfg_.derived.micro_batch,
-                                        cfg_.train.eval_iters, topology_.world(), engine_.zero_stage() == 3);
+  const double val_loss =
+      evaluate_loss(engine_.model(), *val_data_, dims_.seq_len, cfg_.derived.micro_batch, cfg_.train.eval_iters,
+                    topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3);
   log_info("eval step {} | val loss {:.4f} | {:.1f}s", step, val_loss, t.seconds());
   metrics_.write({{"type", "eval"}, {"step", step}, {"val_loss", val_loss}});
 }
 
-// Every rank samples (with ZeRO-3 the forward needs them all; the RNG stays identical).
+// Every rank samples (with ZeRO-3 or TP the forward needs them all; the RNG stays identical).
 void Trainer::sample(int64_t step) {
   const std::string text = sample_text(engine_.model(), cfg_.logging.sample_prompt, cfg_.logging.sample_tokens, sample_rng_);
   log_info("sample at step {}:\n{}{}\n---", step, cfg_.logging.sample_prompt, text);
@@ -426,6 +455,11 @@ int Trainer::run() {
            cfg_.derived.dp_size, static_cast<double>(cfg_.derived.flops_per_token));
   log_info("data: {} tokens in {} train shard(s){}", train_data_.num_tokens(), train_data_.shards().size(),
            val_data_ ? fmt::format(", {} val tokens", val_data_->num_tokens()) : std::string());
+  log_info("layout: {} rank(s) = DP {} x TP {} x PP {} (rank = (pp*DP + dp)*TP + tp); sequence parallelism {}",
+           mpi_.world_size(), cfg_.derived.dp_size, cfg_.derived.tp_size, cfg_.derived.pp_size,
+           engine_.tensor_parallel().sequence_parallel() ? "on"
+           : cfg_.parallelism.sequence_parallel          ? "off (it needs TP > 1)"
+                                                         : "off");
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
   log_info("precision: {}", precision_text(engine_.precision()));

@@ -9,6 +9,9 @@
 # - a run stopped at step 10 and resumed gives the uninterrupted losses bit for bit;
 # - two ranks sharing the GPU (comm.backend: mpi, device memory staged through the host) at ZeRO
 #   1 and 3 in bf16 follow the CPU's two-rank bf16 curve within 2%;
+# - tensor parallelism, TP = 2 with sequence parallelism on two ranks sharing the GPU (MPI):
+#   fp32 within 1e-4 of the CPU curve, bf16 (with selective recompute) within 2% of the CPU's;
+#   on a machine with two GPUs or more, also TP = 2 over NCCL, one GPU per rank;
 # - comm.backend: nccl at world size 1 equals the MPI-backed run bit for bit.
 # With STRATA_CUDA_BINARY set (ctest `emu: train`), the device: cuda runs use that binary, strata
 # built on the CPU emulator of the CUDA backend (tests/gpu/emu), and $1 gives the CPU curves; no
@@ -67,6 +70,16 @@ for stage in 1 3; do
     --set comm.backend=mpi
   expect_contains "$OUT" "communication: mpi (device buffers staged through host memory)"
 done
+tp2=(--set parallelism.tensor_model_parallel_size=2 --set parallelism.sequence_parallel=true)
+run gpu_tp2_fp32 2 cuda "${tp2[@]}" --set comm.backend=mpi
+expect_contains "$OUT" "layout: 2 rank(s) = DP 1 x TP 2 x PP 1"
+run gpu_tp2_bf16 2 cuda "${tp2[@]}" --set comm.backend=mpi --set bf16.enabled=true --set model.recompute=selective
+TP_NCCL=""
+if [ -z "$EMULATED" ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
+  TP_NCCL=1
+  run gpu_tp2_nccl 2 cuda "${tp2[@]}" --set comm.backend=nccl --set bf16.enabled=true
+  expect_contains "$OUT" "communication: nccl"
+fi
 if [ -n "$EMULATED" ]; then
   EXPECT_RC=2 run gpu_nccl 1 cuda --set comm.backend=nccl
   expect_contains "$OUT" "this strata was built without NCCL"
@@ -75,9 +88,9 @@ else
   expect_contains "$OUT" "communication: nccl"
 fi
 
-python3 - "$WORK" "$STEPS" "$EMULATED" <<'PY'
+python3 - "$WORK" "$STEPS" "$EMULATED" "$TP_NCCL" <<'PY'
 import json, sys
-work, steps, emulated = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "emulated"
+work, steps, emulated, tp_nccl = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "emulated", sys.argv[4] == "1"
 def losses(name):
     last = {}
     for r in map(json.loads, open(f"{work}/{name}.jsonl")):
@@ -104,6 +117,9 @@ identical("gpu_fp32_again", "gpu_fp32")
 identical("gpu_resumed", "gpu_bf16")
 for stage in (1, 3):
     within(f"gpu_dp2_bf16_z{stage}", "cpu_dp2_bf16", 0.02)
+within("gpu_tp2_fp32", "cpu_fp32", 1e-4)
+within("gpu_tp2_bf16", "cpu_bf16", 0.02)
+if tp_nccl: within("gpu_tp2_nccl", "cpu_bf16", 0.02)
 if not emulated: identical("gpu_nccl", "gpu_fp32")
 first, last = losses("gpu_bf16")[0], losses("gpu_bf16")[-1]
 print(f"gpu bf16 loss {first:.4f} -> {last:.4f}")

@@ -60,3 +60,22 @@ for line in open(sys.argv[1]):
 for s in sorted(last): print(s, last[s])
 ' "$1"
 }
+
+# stop_one_rank LOG METRICS CMD...: runs CMD (an mpirun line) in the background with its output
+# in LOG, waits for the first train record in METRICS, sends SIGTERM to one rank only (the last
+# child of mpirun), waits for the job and leaves its exit code in $RC.
+stop_one_rank() {
+  local log="$1" metrics="$2"; shift 2
+  "$@" > "$log" 2>&1 &
+  local launcher=$!
+  for _ in $(seq 1 600); do
+    grep -q '"type":"train"' "$metrics" 2>/dev/null && break
+    sleep 0.05
+  done
+  local ranks
+  ranks=$(pgrep -P "$launcher" || true)
+  [ -n "$ranks" ] || fail "no rank processes under mpirun"
+  kill -TERM "$(echo "$ranks" | tail -n 1)"
+  set +e; wait "$launcher"; RC=$?; set -e
+  tail -n 3 "$log"
+}

@@ -11,7 +11,7 @@ for stage in 0 1 2 3; do
     "logging: {metrics_file: \"$WORK/z$stage.jsonl\"}"
   run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np $np "$STRATA" train --config "$WORK/z$stage.yaml" \
     --set zero_optimization.stage=$stage
-  expect_contains "$OUT" "memory per rank (ZeRO stage $stage, DP $np)"
+  expect_contains "$OUT" "memory per rank (ZeRO stage $stage, DP $np, TP 1, recompute none)"
 done
 python3 - "$WORK" $np <<'PY'
 import json, sys

@@ -51,20 +51,9 @@ PY
 # SIGTERM to one rank: both agree to stop after the same step and save.
 write_small_config "$WORK/sig.yaml" "$WORK/data" "train: {iters: 100000, seed: 9}" \
   "checkpoint: {dir: \"$WORK/ckpt_sig\"}" "logging: {metrics_file: \"$WORK/sig.jsonl\"}"
-"$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train --config "$WORK/sig.yaml" --set zero_optimization.stage=2 \
-  > "$WORK/sig.log" 2>&1 &
-launcher=$!
-for _ in $(seq 1 600); do
-  grep -q '"type":"train"' "$WORK/sig.jsonl" 2>/dev/null && break
-  sleep 0.05
-done
-ranks=$(pgrep -P "$launcher" || true)
-[ -n "$ranks" ] || fail "no rank processes under mpirun"
-target=$(echo "$ranks" | tail -n 1)  # one rank only
-kill -TERM "$target"
-set +e; wait "$launcher"; rc=$?; set -e
-tail -n 3 "$WORK/sig.log"
-[ "$rc" -eq 0 ] || fail "SIGTERM to one rank: exit code $rc, expected 0"
+stop_one_rank "$WORK/sig.log" "$WORK/sig.jsonl" \
+  "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train --config "$WORK/sig.yaml" --set zero_optimization.stage=2
+[ "$RC" -eq 0 ] || fail "SIGTERM to one rank: exit code $RC, expected 0"
 grep -qE "signal 15 received|a stop signal reached another rank" "$WORK/sig.log" || fail "stop not reported"
 [ -f "$WORK/ckpt_sig/latest" ] || fail "no checkpoint after the stop"
 echo ok

@@ -4,7 +4,8 @@
 # whose ops refuse tensors not labelled as device memory, so the model, the engine (ZeRO 0-3,
 # bf16/fp16 masters), AdamW, the MPI communicators' host staging, evaluation, sampling,
 # checkpoint save/resume and --dump-grads all run exactly as they do on a GPU. Its arithmetic is
-# the CPU backend's, so every figure must equal the plain CPU run bit for bit; a checkpoint
+# the CPU backend's, so every figure must equal the plain CPU run bit for bit (tensor
+# parallelism's collectives and vocab-parallel loss included); a checkpoint
 # written from the simulated device resumes on the CPU and the other way round.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
@@ -40,6 +41,11 @@ for stage in 0 1 2 3; do
   pair "np2_bf16_z$stage" 2 --set zero_optimization.stage="$stage" --set bf16.enabled=true
 done
 pair np2_fp32_z2 2 --set zero_optimization.stage=2 --set model.recompute=full
+# Tensor parallelism's collectives, vocab-parallel loss and sampling on device memory.
+pair tp2_sp_bf16_z0 2 --set parallelism.tensor_model_parallel_size=2 --set parallelism.sequence_parallel=true \
+  --set bf16.enabled=true --set model.recompute=selective
+pair tp2_dp2_z3 4 --set parallelism.tensor_model_parallel_size=2 --set zero_optimization.stage=3 \
+  --set gradient_accumulation_steps=1
 
 # Checkpoints cross between the two: stop at step 4 on one, finish on the other.
 run sim_to_cpu 2 1 --set zero_optimization.stage=3 --set bf16.enabled=true --set train.iters=4 \

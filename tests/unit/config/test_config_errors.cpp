@@ -202,19 +202,14 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                                           "to cpu is not supported yet"},
       {"zero_optimization.offload_param.device=nvme", "zero_optimization.offload_param.device: offloading to nvme "
                                                        "is not supported yet"},
-      {"parallelism.tensor_model_parallel_size=2", "parallelism.tensor_model_parallel_size: tensor parallelism "
-                                                   "(size > 1) is not supported yet"},
       {"parallelism.pipeline_model_parallel_size=2", "parallelism.pipeline_model_parallel_size: pipeline "
                                                      "parallelism (size > 1) is not supported yet"},
-      {"parallelism.sequence_parallel=true", "parallelism.sequence_parallel: sequence parallelism is not supported "
-                                             "yet"},
       {"parallelism.pipeline.schedule=gpipe", "parallelism.pipeline.schedule: the gpipe schedule is not supported "
                                               "yet"},
       {"parallelism.pipeline.virtual_stages=2", "parallelism.pipeline.virtual_stages: virtual pipeline stages are "
                                                 "not supported yet"},
       {"parallelism.pipeline.partition=parameters", "parallelism.pipeline.partition: the parameters partition is "
                                                     "not supported yet"},
-      {"model.recompute=selective", "model.recompute: selective recomputation is not supported yet"},
       {"activation_checkpointing.partition_activations=true", "activation_checkpointing.partition_activations: "
                                                               "true is not supported yet"},
       {"activation_checkpointing.cpu_checkpointing=true", "activation_checkpointing.cpu_checkpointing: true is "
@@ -234,11 +229,34 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
     REQUIRE(p.size() == 1);
     CHECK(p[0].rfind(c.second, 0) == 0);
   }
-  // The defaults of the same keys, and world sizes above 1, are accepted.
+  // The defaults of the same keys, and world sizes above 1, are accepted; so are tensor and
+  // sequence parallelism and every recompute mode.
   CHECK(problems(kTinyConfig, {"zero_optimization.stage=0", "model.recompute=full", "device=cpu",
                                "comm.backend=mpi", "activation_checkpointing.number_checkpoints=null"},
                  8)
             .empty());
+  CHECK(problems(kTinyConfig, {"parallelism.tensor_model_parallel_size=2", "parallelism.sequence_parallel=true",
+                               "model.recompute=selective"},
+                 8)
+            .empty());
+}
+
+TEST_CASE("sequence parallelism needs TP to divide the micro-batch's token rows") {
+  const auto p = problems(kTinyConfig,
+                          {"parallelism.tensor_model_parallel_size=2", "parallelism.sequence_parallel=true",
+                           "model.seq_len=33", "train_micro_batch_size_per_gpu=3"},
+                          2);
+  REQUIRE(p.size() == 1);
+  CHECK(p[0].rfind("parallelism.sequence_parallel: splits a micro-batch's train_micro_batch_size_per_gpu × "
+                   "model.seq_len = 3 × 33 = 99 token rows over tensor_model_parallel_size 2, which does not divide "
+                   "them",
+                   0) == 0);
+  // Without SP, or at TP = 1 where it does nothing, the same shapes are fine.
+  CHECK(problems(kTinyConfig, {"parallelism.tensor_model_parallel_size=2", "model.seq_len=33",
+                               "train_micro_batch_size_per_gpu=3"},
+                 2)
+            .empty());
+  CHECK(problems(kTinyConfig, {"parallelism.sequence_parallel=true", "model.seq_len=33"}, 2).empty());
 }
 
 TEST_CASE("device cuda and the NCCL communicator are accepted, NCCL on the CPU is not") {

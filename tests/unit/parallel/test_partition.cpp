@@ -137,3 +137,28 @@ TEST_CASE("initial values of any slice equal the same elements of the whole tens
     CHECK(std::equal(part.begin(), part.begin() + count, whole.begin() + begin));
   }
 }
+
+TEST_CASE("the gradient norm counts a TP rank's split parameters, and the replicated ones on TP rank 0 only") {
+  const GptDims dims = tiny_dims();
+  const std::vector<ParamSpec> whole = gpt_param_specs(dims);
+  const int64_t n = whole.back().offset + whole.back().numel;
+  // Without TP: everything, merged into one range.
+  const std::vector<FlatRange> all = tp_norm_runs(whole, {{0, 0, n}}, 1);
+  REQUIRE(all.size() == 1);
+  CHECK((all[0].begin == 0 && all[0].end == n));
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<ParamSpec> mine = gpt_param_specs(dims, {rank, 2});
+    const int64_t local = mine.back().offset + mine.back().numel;
+    int64_t counted = 0, replicated = 0, split = 0;
+    for (const FlatRange& r : tp_norm_runs(mine, {{0, 0, local}}, 2)) counted += r.numel();
+    for (const ParamSpec& s : mine) (s.tp_sharded() ? split : replicated) += s.numel;
+    CHECK(counted == split + (rank == 0 ? replicated : 0));
+    // A shard: owned runs placed at shard offsets; the ranges are in shard coordinates.
+    const std::vector<OwnedRun> owned = {{mine[2].offset, 100, mine[2].numel + mine[4].numel}};  // ln_1.weight..c_attn
+    const std::vector<FlatRange> shard = tp_norm_runs(mine, owned, 2);
+    REQUIRE(shard.size() == 1);
+    const int64_t ln1 = mine[2].numel + mine[3].numel;  // ln_1 weight and bias: replicated
+    CHECK(shard[0].begin == (rank == 0 ? 100 : 100 + ln1));
+    CHECK(shard[0].end == 100 + mine[2].numel + mine[4].numel);
+  }
+}
