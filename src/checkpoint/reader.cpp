@@ -28,8 +28,12 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
   if (ckpt::path_exists(latest_path)) {
     std::string name = ckpt::read_text_file(latest_path);
     while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    if (ckpt::parse_step_dir_name(name) < 0) {
+      throw UserError(latest_path + " holds '" + ckpt::printable(name) + "', which is not the name of a step dir "
+                      "(step_ and digits); delete " + latest_path + " or write the name of a complete step dir into it");
+    }
     const std::string dir = ckpt::join_path(root, name);
-    if (ckpt::parse_step_dir_name(name) < 0 || !ckpt::path_exists(ckpt::join_path(dir, ckpt::kManifestFile))) {
+    if (!ckpt::path_exists(ckpt::join_path(dir, ckpt::kManifestFile))) {
       throw UserError(latest_path + " names '" + name + "', which is not a complete checkpoint (no " +
                       ckpt::join_path(dir, ckpt::kManifestFile) + "); delete " + latest_path +
                       " or write the name of a complete step dir into it");
@@ -120,6 +124,32 @@ struct CheckpointReader::Impl {
 
 namespace {
 
+// The manifest must be the one the save wrote: its checksum sidecar (format_version 2 on)
+// matches its bytes, and its step is the one its dir is named after. An edited step, optimizer
+// step count or loader position would otherwise resume a run silently in the wrong place.
+void check_manifest_integrity(const std::string& dir, const std::string& text, const nlohmann::json& manifest) {
+  const std::string manifest_path = ckpt::join_path(dir, ckpt::kManifestFile);
+  if (manifest.is_object() && manifest.value("format_version", 0) >= 2) {
+    const std::string sidecar = ckpt::join_path(dir, ckpt::kManifestChecksumFile);
+    if (!ckpt::path_exists(sidecar)) {
+      throw UserError(sidecar + ": missing; it guards " + manifest_path +
+                      " against changes, so this checkpoint cannot be trusted (restore the file, or resume from "
+                      "another checkpoint)");
+    }
+    if (ckpt::read_text_file(sidecar) != ckpt::manifest_checksum_text(text)) {
+      throw UserError(manifest_path + ": its bytes do not match " + sidecar +
+                      ": the manifest was edited or damaged after the save; resume from another checkpoint (or "
+                      "restore the original manifest)");
+    }
+  }
+  const int64_t named = ckpt::parse_step_dir_name(fs::path(dir).filename().string());
+  if (named >= 0 && manifest.is_object() && manifest.contains("step") && manifest["step"].is_number_integer() &&
+      manifest["step"].get<int64_t>() != named) {
+    throw UserError(manifest_path + ": says step " + manifest["step"].dump() + " but its dir is " +
+                    fs::path(dir).filename().string() + "; the checkpoint was edited or moved");
+  }
+}
+
 std::string resolve_checkpoint_dir(const std::string& path, const std::string& source_key) {
   if (!ckpt::path_exists(path)) throw UserError(source_key + ": " + path + ": no such file or directory");
   if (!ckpt::is_directory(path)) {
@@ -183,6 +213,7 @@ CheckpointReader CheckpointReader::open(const std::string& path, const std::stri
   const std::string text = ckpt::read_text_file(manifest_path);
   try {
     const nlohmann::json manifest = nlohmann::json::parse(text);
+    check_manifest_integrity(impl->dir, text, manifest);
     if (manifest.value("format", "") != ckpt::kFormatName) {
       throw UserError(manifest_path + ": not a strata checkpoint manifest (\"format\" is not \"" +
                       std::string(ckpt::kFormatName) + "\")");

@@ -37,6 +37,28 @@ int64_t parse_step_dir_name(const std::string& name) {
   return step;
 }
 
+std::string manifest_checksum_text(const std::string& manifest) {
+  Checksum64 sum;
+  sum.update(manifest.data(), manifest.size());
+  return std::string(kChecksumName) + " " + hex64(sum.digest()) + "\n";
+}
+
+std::string printable(const std::string& text, size_t limit) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < limit; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  if (text.size() > limit) out += "...";
+  return out;
+}
+
 }  // namespace ckpt
 
 namespace {
@@ -249,7 +271,10 @@ void finish_save(const std::string& root, const std::string& tmp_dir, const std:
       {"format", ckpt::kFormatName}, {"format_version", ckpt::kFormatVersion}, {"step", step},
       {"world_size", world_size},    {"checksum", ckpt::kChecksumName},        {"global_meta", global_meta},
       {"files", std::move(files)},   {"rank_state", std::move(rank_states)},   {"tensors", std::move(tensors)}};
-  ckpt::write_file_atomic(ckpt::join_path(tmp_dir, ckpt::kManifestFile), manifest.dump(1));
+  const std::string manifest_text = manifest.dump(1);
+  ckpt::write_file_atomic(ckpt::join_path(tmp_dir, ckpt::kManifestFile), manifest_text);
+  ckpt::write_file_atomic(ckpt::join_path(tmp_dir, ckpt::kManifestChecksumFile),
+                          ckpt::manifest_checksum_text(manifest_text));
   for (int r = 0; r < world_size; ++r) fs::remove(ckpt::join_path(tmp_dir, ckpt::rank_record_name(r)));
   ckpt::fsync_directory(tmp_dir);
   publish_directory(tmp_dir, final_dir);

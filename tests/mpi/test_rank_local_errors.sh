@@ -74,13 +74,16 @@ mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.ite
 expect_contains "$OUT" "resuming from a checkpoint: failed on rank 1 of 2 only"
 expect_contains "$OUT" "not a strata checkpoint manifest"
 
-# 5b. A manifest on rank 1's node that parses but lacks the training state's step.
+# 5b. A manifest on rank 1's node that parses but lacks the training state's step (written as a
+# format-1 manifest, which has no checksum seal: an edit to a sealed one is refused earlier).
 python3 - "$WORK/b/ckpt/step_00000004/manifest.json" "$WORK/a/ckpt/step_00000004/manifest.json" <<'PY'
 import json, sys
 manifest = json.load(open(sys.argv[2]))
 del manifest["global_meta"]["step"]
+manifest["format_version"] = 1
 json.dump(manifest, open(sys.argv[1], "w"))
 PY
+rm -f "$WORK/b/ckpt/step_00000004/manifest.checksum"
 mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
   -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
 expect_contains "$OUT" "resuming from a checkpoint: failed on rank 1 of 2 only"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/manifest.h"
 #include "core/log.h"
 
 namespace strata::test {
@@ -47,6 +48,13 @@ inline std::string read_bytes(const std::string& path) {
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Replaces a checkpoint's manifest with `text` and seals it as a save does (the checksum
+// sidecar), for tests of what the reader makes of a manifest that is intact but wrong.
+inline void write_sealed_manifest(const std::string& dir, const std::string& text) {
+  write_bytes(dir + "/manifest.json", text);
+  write_bytes(dir + "/manifest.checksum", ckpt::manifest_checksum_text(text));
 }
 
 // Reusable barrier for `count` threads (C++17 has no std::barrier).

@@ -118,8 +118,8 @@ TEST_CASE("an interrupted save leaves the previous checkpoint and latest untouch
   const std::string second = save_step(root.path(), 2, 2);
   CHECK(entries(root.path()) == std::vector<std::string>{"latest", "step_00000001", "step_00000002"});
   CHECK(first_value(root.path()) == 200.0f);
-  CHECK(entries(second) ==
-        std::vector<std::string>{"manifest.json", "rank_00000.safetensors", "rank_00001.safetensors"});
+  CHECK(entries(second) == std::vector<std::string>{"manifest.checksum", "manifest.json", "rank_00000.safetensors",
+                                                    "rank_00001.safetensors"});
 }
 
 TEST_CASE("a failing rank fails the save on every rank without touching latest") {
@@ -167,7 +167,8 @@ TEST_CASE("saving a step again replaces it whole") {
   save_step(root.path(), 5, 2);
   save_step(root.path(), 5, 1);  // same step, now from one rank with different data
   CHECK(entries(root.path()) == std::vector<std::string>{"latest", "step_00000005"});
-  CHECK(entries(root / "step_00000005") == std::vector<std::string>{"manifest.json", "rank_00000.safetensors"});
+  CHECK(entries(root / "step_00000005") ==
+        std::vector<std::string>{"manifest.checksum", "manifest.json", "rank_00000.safetensors"});
   const CheckpointReader reader = CheckpointReader::open(root.path());
   CHECK(reader.saved_world_size() == 1);
   CHECK(reader.info("w").global_shape == std::vector<int64_t>{2, 4});

@@ -225,7 +225,7 @@ TEST_CASE("reader errors: missing tensor, box outside, uncovered elements") {
   pieces.erase(std::remove_if(pieces.begin(), pieces.end(),
                               [](const nlohmann::json& p) { return p["file"] == "rank_00001.safetensors"; }),
                pieces.end());
-  write_bytes(manifest_path, manifest.dump());
+  write_sealed_manifest(dir, manifest.dump());
   const CheckpointReader reader = CheckpointReader::open(dir);
   reader.read_box("layer.w", {1, 2}, {2, 3}, DType::F32, buffer.data());  // rows 1-2 still fine
   CHECK_THROWS_WITH(reader.read_box("layer.w", {2, 2}, {3, 3}, DType::F32, buffer.data()),
@@ -256,14 +256,57 @@ TEST_CASE("the manifest is read with its format checked") {
   const std::string good = read_bytes(manifest_path);
   nlohmann::json manifest = nlohmann::json::parse(good);
   manifest["format_version"] = 99;
-  write_bytes(manifest_path, manifest.dump());
+  write_sealed_manifest(dir, manifest.dump());
   CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("newer strata"));
-  write_bytes(manifest_path, "{\"format\": \"strata-checkpoint\"");
+  write_sealed_manifest(dir, "{\"format\": \"strata-checkpoint\"");
   CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("malformed manifest"));
   manifest = nlohmann::json::parse(good);
   manifest.erase("step");
-  write_bytes(manifest_path, manifest.dump());
+  write_sealed_manifest(dir, manifest.dump());
   CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains(manifest_path));
+}
+
+TEST_CASE("an edited manifest, a missing seal or a step unlike the dir's name is refused") {
+  QuietLogs quiet;
+  ScratchDir root;
+  const std::string dir = save_layout(root.path(), 1, 2, layout_rows);
+  const std::string manifest_path = dir + "/manifest.json";
+  const std::string good = read_bytes(manifest_path);
+  CHECK_NOTHROW(CheckpointReader::open(dir));
+  // One digit of the step changed, the JSON still valid: the seal no longer matches.
+  std::string edited = good;
+  const size_t at = edited.find("\"step\": 1");
+  REQUIRE(at != std::string::npos);
+  edited[at + 8] = '2';
+  write_bytes(manifest_path, edited);
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("do not match") && Catch::Contains("manifest.checksum"));
+  // Sealed anew, the step still disagrees with the dir's name.
+  write_sealed_manifest(dir, edited);
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("says step 2 but its dir is step_00000001"));
+  write_bytes(manifest_path, good);
+  std::filesystem::remove(dir + "/manifest.checksum");
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("manifest.checksum: missing"));
+  // A format-1 manifest (written before the seal existed) is read without one.
+  nlohmann::json old = nlohmann::json::parse(good);
+  old["format_version"] = 1;
+  write_bytes(manifest_path, old.dump());
+  CHECK_NOTHROW(CheckpointReader::open(dir));
+}
+
+TEST_CASE("a latest file holding binary junk is reported whole") {
+  QuietLogs quiet;
+  ScratchDir root;
+  save_layout(root.path(), 1, 2, layout_rows);
+  write_bytes(root / "latest", std::string("step_0000\0\x01junk\n", 16));
+  try {
+    find_latest_checkpoint(root.path());
+    FAIL("expected a UserError");
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    CHECK(message.find("step_0000\\x00\\x01junk") != std::string::npos);
+    CHECK(message.find("not the name of a step dir") != std::string::npos);
+    CHECK(message.find('\0') == std::string::npos);
+  }
 }
 
 TEST_CASE("large tensors: direct reads, chunked conversion and sparse column reads agree") {
