@@ -221,6 +221,9 @@ struct TrainConfig {
   int64_t eval_iters = 20;
   /// Seed of parameter initialisation and data shuffling.
   int64_t seed = 1234;
+  /// Steps in a row whose gradient is not finite (inf or NaN; skipped, like an fp16 overflow)
+  /// that the run tolerates; one more stops it (exit 1) without saving.
+  int64_t max_nonfinite_steps = 3;
 };
 
 // `checkpoint`.

@@ -186,6 +186,7 @@ void write_strata_sections(const Config& c, YamlWriter& w) {
   w.key("eval_interval", number(c.train.eval_interval));
   w.key("eval_iters", number(c.train.eval_iters));
   w.key("seed", number(c.train.seed));
+  w.key("max_nonfinite_steps", number(c.train.max_nonfinite_steps));
   w.close();
 
   const CheckpointConfig& k = c.checkpoint;

@@ -198,6 +198,7 @@ void parse_train(MapReader in, TrainConfig& out) {
   in.read("eval_interval", out.eval_interval);
   in.read("eval_iters", out.eval_iters);
   in.read("seed", out.seed);
+  in.read("max_nonfinite_steps", out.max_nonfinite_steps);
   in.finish();
 }
 

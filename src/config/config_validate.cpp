@@ -198,6 +198,7 @@ void check_loop(const Config& c, Problems& p) {
   p.at_least<int64_t>("train.eval_interval", c.train.eval_interval, 0);
   p.at_least<int64_t>("train.eval_iters", c.train.eval_iters, 1);
   p.at_least<int64_t>("train.seed", c.train.seed, 0);
+  p.at_least<int64_t>("train.max_nonfinite_steps", c.train.max_nonfinite_steps, 0);
   if (c.train.eval_interval > 0 && c.data.val.empty())
     p.add("train.eval_interval", "evaluation needs validation data: set data.val, or set eval_interval to 0");
   const CheckpointConfig& k = c.checkpoint;

@@ -77,6 +77,8 @@ class LossScaler {
   explicit LossScaler(const LossScalerSettings& settings);
   double scale() const { return state_.scale; }
   bool dynamic() const { return settings_.static_scale <= 0.0; }
+  // An overflow now could not lower the scale any further (a static scale, or the minimum).
+  bool at_minimum() const { return !dynamic() || state_.scale <= settings_.min_scale; }
   // Records the outcome of one step (call once per step, after the overflow check).
   void update(bool overflow);
   const LossScalerState& state() const { return state_; }

@@ -300,6 +300,11 @@ void Engine::finish_reduction() {
   times_.backward += phase_seconds(t);
 }
 
+void Engine::abandon_step() {
+  finish_reduction();
+  micro_index_ = micro_batches_;
+}
+
 StepOutcome Engine::apply(double lr) {
   const Timer t;
   const Tensor params = master_params();
@@ -326,9 +331,10 @@ StepOutcome Engine::apply(double lr) {
   StepOutcome out;
   out.loss_scale = loss_scaler_.scale();
   // Any inf/nan in any rank's gradient makes the global sum of squares non-finite, and every
-  // rank holds the same sum: the ranks agree on the overflow without a collective of its own.
+  // rank holds the same sum: the ranks agree to skip the step without a collective of its own.
   const bool fp16 = settings_.precision == DType::F16;
-  out.skipped = fp16 && !std::isfinite(norm_squared);
+  out.skipped = !std::isfinite(norm_squared);
+  out.nonfinite = out.skipped && (!fp16 || loss_scaler_.at_minimum());
   if (fp16) loss_scaler_.update(out.skipped);
   out.next_loss_scale = loss_scaler_.scale();
   out.grad_norm = std::sqrt(norm_squared) / out.loss_scale;

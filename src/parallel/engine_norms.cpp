@@ -1,7 +1,14 @@
 // The global gradient norm: each rank's share of Σ g² (its ZeRO shard, or the whole flat gradient
 // at stage 0; under TP its slices, with parameters replicated over TP counted on TP rank 0 only)
-// gathered over the world and summed in rank order, so that every rank gets the same bits.
+// gathered over the world and summed in rank order, so that every rank gets the same bits. And
+// the finiteness checks built on the same sums: which parameter's gradient or saved state holds
+// an inf or NaN.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
 #include "parallel/parallel.h"
+#include "parallel/sharded_store.h"
 
 namespace strata {
 
@@ -52,6 +59,51 @@ double Engine::grad_norm_squared(const Tensor& grads) {
     if (settings_.zero_stage > 0 || dp_rank == 0) total += parts[r];
   }
   return total;
+}
+
+std::vector<FlatSpan> Engine::gradient_spans() {
+  const int64_t n = partition_->numel();
+  switch (settings_.zero_stage) {
+    case 0: return {{0, n, model_->grads_flat().f32()}};
+    case 1:
+    case 2: return spans_of(partition_->owned_runs(), nullptr, static_cast<float*>(grad_shard_.data()));
+    default: return spans_of(partition_->owned_runs(), nullptr, sharded_store_->grads().f32());
+  }
+}
+
+int64_t Engine::first_nonfinite_spec(const std::vector<FlatSpan>& spans) {
+  // A span's one sum of squares settles the common case; only a non-finite span is searched.
+  int64_t first = -1;
+  for (const FlatSpan& span : spans) {
+    if (std::isfinite(backend_.sum_squares(Tensor(span.data, DType::F32, {span.count}, device())))) continue;
+    for (const SpecSlice& s : slices_by_spec(specs_, span.flat_begin, span.count)) {
+      const Tensor part(span.data + s.span_offset, DType::F32, {s.count}, device());
+      if (std::isfinite(backend_.sum_squares(part))) continue;
+      const int64_t index = s.spec - specs_.data();
+      if (first < 0 || index < first) first = index;
+      break;
+    }
+  }
+  int64_t global = -1;
+  for (double index : all_gather_doubles(scalars_, {static_cast<double>(first)})) {
+    if (index >= 0 && (global < 0 || index < global)) global = static_cast<int64_t>(index);
+  }
+  return global;
+}
+
+std::string Engine::first_nonfinite_gradient() {
+  const int64_t index = first_nonfinite_spec(gradient_spans());
+  return index < 0 ? std::string() : specs_[static_cast<size_t>(index)].name;
+}
+
+std::string Engine::first_nonfinite_state() {
+  const std::pair<StateKind, const char*> kinds[] = {
+      {StateKind::Params, "model."}, {StateKind::ExpAvg, "optim.exp_avg."}, {StateKind::ExpAvgSq, "optim.exp_avg_sq."}};
+  for (const auto& [kind, prefix] : kinds) {
+    const int64_t index = first_nonfinite_spec(device_saved_spans(kind));
+    if (index >= 0) return prefix + specs_[static_cast<size_t>(index)].name;
+  }
+  return "";
 }
 
 }  // namespace strata

@@ -125,11 +125,16 @@ struct EngineMemory {
 };
 
 // What Engine::apply did. grad_norm is the unscaled global norm before clipping (not finite
-// when an fp16 step overflowed); loss_scale is the scale the step's gradients carried and
-// next_loss_scale the one the next step uses (both 1 outside fp16).
+// when the gradient holds an inf or NaN on any rank); loss_scale is the scale the step's
+// gradients carried and next_loss_scale the one the next step uses (both 1 outside fp16).
 struct StepOutcome {
   double grad_norm = 0.0;
-  bool skipped = false;  // fp16 overflow: no optimizer step (nor, for the caller, LR step)
+  // The gradient was not finite: no optimizer step (nor, for the caller, LR step), so that a
+  // non-finite value never reaches the parameters or the Adam state.
+  bool skipped = false;
+  // Skipped, and not an fp16 overflow that lowering the loss scale answers (in fp32/bf16
+  // always; in fp16 once the scale is at its minimum or static): a fault of the run.
+  bool nonfinite = false;
   double loss_scale = 1.0;
   double next_loss_scale = 1.0;
 };
@@ -182,6 +187,10 @@ class Engine {
   // Waits for every reduction; afterwards with stage 0 model().grads_flat() is the global
   // gradient (times loss_scale() under fp16).
   void finish_reduction();
+  // Gives up the step begun with begin_step after fewer micro-batches than announced (a stop
+  // signal): lets the reductions in flight land and leaves parameters and optimizer state as
+  // the last apply left them; the next begin_step starts afresh.
+  void abandon_step();
   // Global gradient norm (before clipping); under fp16 the overflow check (a non-finite norm:
   // the norm is assembled from every rank's gradients, so all ranks agree) and the loss-scale
   // update; unless the step overflowed, unscaling, clipping, AdamW with `lr` on the fp32
@@ -205,6 +214,14 @@ class Engine {
   std::vector<FlatSpan> held_spans(StateKind kind);
   void params_loaded();
   int64_t optimizer_steps() const { return optimizer_->steps_taken(); }
+  // Collective: the first parameter (in layout order) whose reduced gradient holds an inf or
+  // NaN on some rank, empty when all are finite; call after apply (which leaves a skipped
+  // step's gradient in place), to say where a non-finite step came from.
+  std::string first_nonfinite_gradient();
+  // Collective: the first tensor of what a checkpoint saves (the fp32 parameters, then Adam's
+  // moments) holding an inf or NaN on some rank, by its checkpoint name (e.g.
+  // "optim.exp_avg.h.0.ln_1.weight"); empty when the state is finite.
+  std::string first_nonfinite_state();
   void set_optimizer_steps(int64_t steps) { optimizer_->set_steps_taken(steps); }
 
  private:
@@ -242,6 +259,11 @@ class Engine {
   double grad_norm_squared(const Tensor& grads);
   // (offset, count) ranges of the gradient tensor the norm counts on this rank, under TP.
   std::vector<FlatRange> norm_runs_;
+  // The reduced gradient this rank holds, as spans of the flat layout in the backend's memory.
+  std::vector<FlatSpan> gradient_spans();
+  // Collective: the smallest index into specs_ of a parameter that has a non-finite value in
+  // some rank's `spans`; -1 when there is none.
+  int64_t first_nonfinite_spec(const std::vector<FlatSpan>& spans);
 
   Backend& backend_;
   Comm& dp_;

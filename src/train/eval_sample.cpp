@@ -6,8 +6,9 @@
 
 namespace strata {
 
-double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches, Comm& world,
-                     int dp_rank, int dp_size, bool lockstep) {
+std::optional<double> evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch,
+                                    int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
+                                    const StopCheck& stop) {
   // The val split is read from its start in file order, identically at every evaluation.
   const GlobalSampler sampler(data, seq_len, /*shuffle=*/false, /*seed=*/0);
   const int64_t total = std::min<int64_t>(batches * micro_batch, sampler.num_sequences());
@@ -20,8 +21,9 @@ double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micr
   auto batch_size = [&](int64_t b) { return static_cast<int>(std::min<int64_t>(micro_batch, total - b * micro_batch)); };
   std::vector<float> mine(static_cast<size_t>(rounds), 0.0f);
   for (int64_t k = 0; k < rounds; ++k) {
+    if (stop()) return std::nullopt;  // every rank asks in every round, batch or not
     const int64_t b = k * dp_size + dp_rank;
-    if (b >= n_batches && !lockstep) break;
+    if (b >= n_batches && !lockstep) continue;
     const int64_t run = b < n_batches ? b : 0;  // lockstep ranks without a batch repeat batch 0 and drop it
     read_sequences(data, sampler, run * micro_batch, batch_size(run), tokens.data(), targets.data());
     const float loss = model.forward(tokens.data(), targets.data(), batch_size(run), seq_len);
@@ -38,12 +40,14 @@ double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micr
   return loss_sum / static_cast<double>(total);
 }
 
-std::string sample_text(Gpt& model, const std::string& prompt, int count, Rng& rng) {
+std::optional<std::string> sample_text(Gpt& model, const std::string& prompt, int count, Rng& rng,
+                                       const StopCheck& stop) {
   const GptDims& dims = model.dims();
   std::vector<int32_t> tokens = byte_encode(prompt.empty() ? std::string("\n") : prompt);
   const size_t prompt_length = prompt.empty() ? 0 : tokens.size();
   std::vector<double> probs(static_cast<size_t>(dims.vocab_size));
   for (int i = 0; i < count; ++i) {
+    if (stop()) return std::nullopt;
     const size_t context = std::min<size_t>(tokens.size(), static_cast<size_t>(dims.seq_len));
     const int32_t* window = tokens.data() + (tokens.size() - context);
     // The last position's logits over the real vocabulary (gathered from the TP slices), fp32.

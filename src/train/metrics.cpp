@@ -29,7 +29,8 @@ std::string format_step_line(const StepMetrics& m) {
       m.step, std::to_string(m.total_steps).size(), m.total_steps, m.loss, m.lr, m.grad_norm, m.step_seconds * 1e3,
       m.tokens_per_second, m.tflops_per_rank);
   if (m.mfu >= 0) line += fmt::format(" | MFU {:.1f}%", m.mfu * 100);
-  if (m.loss_scale >= 0) line += fmt::format(" | scale {}{}", m.loss_scale, m.skipped ? " (skipped)" : "");
+  if (m.loss_scale >= 0) line += fmt::format(" | scale {}", m.loss_scale);
+  if (m.skipped) line += m.nonfinite ? " | NOT FINITE: skipped" : " | skipped";
   line += fmt::format(" | mem {:.0f} MiB | ETA {}", static_cast<double>(m.peak_memory_bytes) / (1 << 20),
                       format_duration(m.eta_seconds));
   if (m.forward_seconds >= 0) {
@@ -53,10 +54,9 @@ nlohmann::json step_record(const StepMetrics& m) {
                       {"mfu", m.mfu >= 0 ? nlohmann::json(m.mfu) : nlohmann::json(nullptr)},
                       {"peak_memory_bytes", m.peak_memory_bytes},
                       {"eta_s", m.eta_seconds}};
-  if (m.loss_scale >= 0) {
-    r["loss_scale"] = m.loss_scale;
-    r["skipped"] = m.skipped;
-  }
+  if (m.loss_scale >= 0) r["loss_scale"] = m.loss_scale;
+  if (m.loss_scale >= 0 || m.skipped) r["skipped"] = m.skipped;
+  if (m.nonfinite) r["nonfinite"] = true;
   if (m.forward_seconds >= 0) {
     r["forward_s"] = m.forward_seconds;
     r["backward_s"] = m.backward_seconds;

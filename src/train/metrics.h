@@ -23,10 +23,12 @@ struct StepMetrics {
   // part of the phase it happened in
   double forward_seconds = -1, backward_seconds = -1, comm_wait_seconds = -1, optimizer_seconds = -1;
   double tp_wait_seconds = -1;
-  // fp16: the loss scale the step's gradients carried (< 0 outside fp16) and whether an
-  // overflow skipped the optimizer step
+  // fp16: the loss scale the step's gradients carried (< 0 outside fp16); whether a non-finite
+  // gradient skipped the optimizer step, and whether that was a fault (not an fp16 overflow the
+  // loss scale answers)
   double loss_scale = -1;
   bool skipped = false;
+  bool nonfinite = false;
   // Payload bytes per communicator and operation during the step, e.g. {"dp.all_reduce": 1024},
   // and the number of calls of each
   nlohmann::json comm, comm_calls;

@@ -21,6 +21,7 @@ void install_stop_signal_handlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
 }
 
 bool stop_requested() { return g_stop_signal != 0; }

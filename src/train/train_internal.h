@@ -3,6 +3,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,15 +74,23 @@ LoopState read_training_checkpoint(const std::string& path, const std::string& s
 // the loss scale they carry (fp16) so that they are the true gradients.
 void dump_gradients(const std::string& path, Gpt& model, double loss_scale);
 
+// Asked by every rank at the same points of a long collective task (before each evaluation
+// round, each sampled token); true when the ranks agreed to stop, and the task is abandoned.
+using StopCheck = std::function<bool()>;
+
 // Mean loss over `batches` micro-batches read from the start of the split. The DP replicas
 // share the batches (the TP ranks of one replica run each batch together) and gather the
 // per-batch losses over `world` (ordered TP fastest, then DP), summed in batch order, so the
 // result is the single-rank value on every rank. lockstep: every DP rank runs the same number
-// of forwards (needed when forward communicates over DP, as with ZeRO-3).
-double evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch, int64_t batches, Comm& world,
-                     int dp_rank, int dp_size, bool lockstep);
+// of forwards (needed when forward communicates over DP, as with ZeRO-3). nullopt when `stop`
+// interrupted it.
+std::optional<double> evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch,
+                                    int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
+                                    const StopCheck& stop);
 // Continues `prompt` (byte-level text) by `count` tokens sampled at temperature 1. Under TP every
-// rank of the group calls it (the logits' slices are gathered) and gets the same text.
-std::string sample_text(Gpt& model, const std::string& prompt, int count, Rng& rng);
+// rank of the group calls it (the logits' slices are gathered) and gets the same text. nullopt
+// when `stop` interrupted it.
+std::optional<std::string> sample_text(Gpt& model, const std::string& prompt, int count, Rng& rng,
+                                       const StopCheck& stop);
 
 }  // namespace strata

@@ -1,341 +1,23 @@
-// `strata train`: builds the rank grid, the data-parallel engine (model, ZeRO stage,
+// `strata train`: builds the rank grid, the data-parallel engine (model, TP slice, ZeRO stage,
 // precision, optimizer), data and schedule from the config, resumes or initialises, and runs
 // the loop — gradient accumulation, reduction, fp16 overflow skips, clipping, AdamW,
 // evaluation, samples, metrics with memory and traffic figures, checkpoints, and a stop on
 // SIGINT/SIGTERM agreed by every rank.
-#include <fmt/core.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <vector>
 
-#include "backend/backend.h"
-#include "core/core.h"
-#include "train/metrics.h"
 #include "train/signals.h"
-#include "train/train.h"
-#include "train/train_internal.h"
+#include "train/trainer.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace strata {
-namespace {
 
-// With as many ranks on a node as cores, BLAS threads only fight each other.
-void limit_blas_threads(const MpiRuntime& mpi) {
-  if (std::getenv("OPENBLAS_NUM_THREADS")) return;  // the user decided
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (mpi.local_size() > 1) openblas_set_num_threads(std::max<int>(1, static_cast<int>(cores / mpi.local_size())));
-}
-
-std::string bytes_text(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
-
-ActivationRecompute recompute_of(const Config& cfg) {
-  switch (cfg.model.recompute) {
-    case Recompute::Full: return ActivationRecompute::Full;
-    case Recompute::Selective: return ActivationRecompute::Selective;
-    default: return ActivationRecompute::None;
-  }
-}
-
-std::string precision_text(DType precision) {
-  switch (precision) {
-    case DType::BF16:
-      return "bf16 (bf16 parameters and activations; fp32 master weights, gradient accumulation and Adam state)";
-    case DType::F16:
-      return "fp16 (fp16 parameters and activations; fp32 master weights, gradient accumulation and Adam state; "
-             "loss scaling)";
-    default:
-      return "fp32";
-  }
-}
-
-// What a rank sets up on its own, before any collective: its device, the data shards and
-// their sequence order, and (rank 0) the metrics file.
-struct RankSetup {
-  RankSetup(const Config& cfg, const MpiRuntime& mpi, int vocab_size, int seq_len)
-      : device(make_training_device(cfg, mpi)),
-        train_data(TokenDataset::open(cfg.data.train, vocab_size, "data.train")),
-        sampler(train_data, seq_len, cfg.data.shuffle, static_cast<uint64_t>(cfg.train.seed)) {
-    if (!cfg.data.val.empty()) {
-      val_data = TokenDataset::open(cfg.data.val, vocab_size, "data.val");
-      GlobalSampler(*val_data, seq_len, false, 0);  // evaluation needs a sequence: say so now, not at the first eval
-    }
-    if (!cfg.logging.metrics_file.empty() && mpi.world_rank() == 0) metrics = MetricsWriter(cfg.logging.metrics_file);
-  }
-  TrainingDevice device;
-  TokenDataset train_data;
-  GlobalSampler sampler;
-  std::optional<TokenDataset> val_data;
-  MetricsWriter metrics;
-};
-
-// T built from args on every rank under agree_on_user_errors.
-template <typename T, typename... Args>
-std::unique_ptr<T> make_agreed(const MpiRuntime& mpi, const std::string& what, Args&&... args) {
-  std::unique_ptr<T> made;
-  agree_on_user_errors(mpi, what, [&] { made = std::make_unique<T>(std::forward<Args>(args)...); });
-  return made;
-}
-
-class Trainer {
- public:
-  Trainer(const MpiRuntime& mpi, Config cfg, TrainOptions options)
-      : mpi_(mpi), cfg_(std::move(cfg)), options_(std::move(options)), dims_(gpt_dims_from_config(cfg_)),
-        setup_(make_agreed<RankSetup>(mpi, "setting up devices and data", cfg_, mpi, dims_.vocab_size, dims_.seq_len)),
-        device_(setup_->device),
-        backend_(*device_.backend),
-        topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size},
-                  agree_on_devices(mpi, cfg_, device_), device_.access ? &*device_.access : nullptr),
-        train_data_(setup_->train_data),
-        val_data_(setup_->val_data),
-        metrics_(setup_->metrics),
-        engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_, topology_.dp(),
-                                          topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
-                                          engine_settings_from_config(cfg_), &topology_.tp())),
-        engine_(*engine_owner_),
-        schedule_(lr_schedule_from_config(cfg_)) {
-    BatchLayout layout;
-    layout.micro_batch = cfg_.derived.micro_batch;
-    layout.grad_accum = cfg_.derived.grad_accum;
-    layout.dp_size = cfg_.derived.dp_size;
-    layout.dp_rank = topology_.coord().dp;
-    layout.seq_len = dims_.seq_len;
-    loader_ = std::make_unique<BatchLoader>(train_data_, setup_->sampler, layout, /*prefetch=*/true);
-    check_same_data();
-  }
-
-  int run();
-
- private:
-  void start_state();
-  void check_same_start(int64_t step);
-  void check_same_data();
-  nlohmann::json data_order() const;
-  void warn_if_data_order_changed(const nlohmann::json& saved) const;
-  void train_step(StepMetrics& m);
-  void save(int64_t step);
-  void evaluate(int64_t step);
-  void sample(int64_t step);
-  void report_memory();
-  void report_device_memory();
-  void describe_devices();
-  bool agree_to_stop();
-  void reset_traffic();
-  void traffic(StepMetrics& m);
-
-  const MpiRuntime& mpi_;
-  Config cfg_;
-  TrainOptions options_;
-  GptDims dims_;
-  std::unique_ptr<RankSetup> setup_;
-  TrainingDevice& device_;
-  Backend& backend_;
-  Topology topology_;
-  const TokenDataset& train_data_;
-  const std::optional<TokenDataset>& val_data_;
-  MetricsWriter& metrics_;
-  std::unique_ptr<BatchLoader> loader_;
-  std::unique_ptr<Engine> engine_owner_;
-  Engine& engine_;
-  LrSchedule schedule_;
-  LoopState state_;
-  Rng sample_rng_;
-};
-
-// Each rank finds and reads its checkpoint on its own (ranks on different nodes may see
-// different files); the ranks agree that all of them succeeded and start from the same step
-// before the first collective.
-void Trainer::start_state() {
-  std::string resume_path;
-  const std::string source_key = "checkpoint.resume";
-  bool resumed = false;
-  agree_on_user_errors(mpi_, "resuming from a checkpoint", [&] {
-    const std::string& resume = cfg_.checkpoint.resume;
-    if (resume == "auto") {
-      if (!cfg_.checkpoint.dir.empty()) {
-        if (auto latest = find_latest_checkpoint(cfg_.checkpoint.dir)) resume_path = *latest;
-      }
-    } else if (resume != "none") {
-      resume_path = resume;
-    }
-    if (resume_path.empty()) return;
-    state_ = read_training_checkpoint(resume_path, source_key, engine_, mpi_.world_rank());
-    resumed = true;
-  });
-  check_same_start(resumed ? state_.step : -1);
-  if (resumed) {
-    engine_.params_loaded();
-    schedule_.set_iteration(state_.scheduler_iteration);
-    sample_rng_.restore(state_.sample_rng);
-    log_info("resumed from {} at step {}", resume_path, state_.step);
-    const int64_t by_batch = state_.step * cfg_.derived.global_batch;
-    if (state_.next_sequence < 0) {
-      state_.next_sequence = by_batch;  // a checkpoint from before the field existed
-    } else if (state_.next_sequence != by_batch) {
-      log_info("the data continues at sequence {}, not at step x global batch = {} x {} = {}: the run so far used "
-               "another global batch",
-               state_.next_sequence, state_.step, cfg_.derived.global_batch, by_batch);
-    }
-    warn_if_data_order_changed(state_.data_order);
-  } else {
-    engine_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
-    state_.next_sequence = 0;
-    sample_rng_ = Rng(static_cast<uint64_t>(cfg_.train.seed), rng_stream_id("sample"));
-    state_.sample_rng = sample_rng_.state();
-    if (engine_.precision() == DType::F16) state_.loss_scaler = engine_.loss_scaler_state();
-    log_info("initialised weights (seed {})", cfg_.train.seed);
-    if (cfg_.checkpoint.save_initial && !cfg_.checkpoint.dir.empty()) save(0);
-  }
-  loader_->seek(state_.step, state_.next_sequence);
-}
-
-// `step` is the checkpoint's step, or -1 for fresh weights. A UserError on every rank when the
-// ranks differ: with checkpoint.dir on storage that is not shared, a node may see an older
-// checkpoint or none, and a run from mixed states would be wrong (or hang).
-void Trainer::check_same_start(int64_t step) {
-  if (mpi_.world_size() == 1) return;
-  const std::vector<int64_t> steps = gather_from_all_ranks(mpi_, {step});
-  const int differs = first_rank_unlike_rank0(steps, 1);
-  if (differs < 0) return;
-  const auto start = [&](int r) {
-    const int64_t s = steps[static_cast<size_t>(r)];
-    return s < 0 ? std::string("fresh weights (no checkpoint found)") : fmt::format("a checkpoint at step {}", s);
-  };
-  throw UserError(fmt::format(
-      "checkpoint.resume: {}: the ranks found different checkpoints: rank 0 would start from {}, rank {} from {}; "
-      "checkpoint.dir must be storage that every node shares, or name one checkpoint in checkpoint.resume",
-      cfg_.checkpoint.resume, start(0), differs, start(differs)),
-      RaisedOn::EveryRank);
-}
-
-// Every rank reads the data on its own node: copies that differ (another version of the corpus)
-// would give each rank other sequences than the global order assigns it.
-void Trainer::check_same_data() {
-  if (mpi_.world_size() == 1) return;
-  const std::vector<int64_t> all =
-      gather_from_all_ranks(mpi_, {train_data_.num_tokens(), val_data_ ? val_data_->num_tokens() : -1});
-  const int r = first_rank_unlike_rank0(all, 2);
-  if (r < 0) return;
-  const int k = all[2 * static_cast<size_t>(r)] != all[0] ? 0 : 1;  // train first
-  throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a shared "
-                              "file system, or identical copies on every node)",
-                              k == 0 ? "data.train" : "data.val", r, all[2 * static_cast<size_t>(r) + k],
-                              all[static_cast<size_t>(k)]),
-                  RaisedOn::EveryRank);
-}
-
-nlohmann::json Trainer::data_order() const {
-  return {{"tokens", train_data_.num_tokens()}, {"shuffle", cfg_.data.shuffle}, {"seed", cfg_.train.seed}};
-}
-
-// A resumed run may change its data on purpose (more text, shuffling on); it is told that the
-// sequences from here differ from those an uninterrupted run would have read.
-void Trainer::warn_if_data_order_changed(const nlohmann::json& saved) const {
-  if (saved.is_null() || mpi_.world_rank() != 0) return;
-  const nlohmann::json now = data_order();
-  const auto then = [&](const char* key) { return saved.contains(key) ? saved.at(key) : nlohmann::json(); };
-  std::string changes;
-  const auto add = [&](const std::string& what, const char* key) {
-    changes += fmt::format("{}{} is {}, {} then", changes.empty() ? "" : "; ", what, now[key].dump(), then(key).dump());
-  };
-  if (then("tokens") != now["tokens"]) add("the token count of data.train", "tokens");
-  if (then("shuffle") != now["shuffle"]) {
-    add("data.shuffle", "shuffle");
-  } else if (cfg_.data.shuffle && then("seed") != now["seed"]) {
-    add("train.seed (which orders the shuffled data)", "seed");
-  }
-  if (changes.empty()) return;
-  log_warn("the data order differs from the checkpoint's run ({}): from here on this run reads other sequences than "
-           "an uninterrupted run would",
-           changes);
-}
-
-// Every rank's memory, gathered to all (cheap, once) and reported by rank 0.
-void Trainer::report_memory() {
-  const EngineMemory mem = engine_.memory();
-  const ActivationBytes& act = engine_.model().activation_breakdown();
-  const std::vector<double> mine = {static_cast<double>(mem.params),    static_cast<double>(mem.grads),
-                                    static_cast<double>(mem.optimizer), static_cast<double>(mem.workspace),
-                                    static_cast<double>(act.total),     static_cast<double>(act.per_layer),
-                                    static_cast<double>(act.shared)};
-  const std::vector<double> all = all_gather_doubles(topology_.world(), mine);
-  nlohmann::json ranks = nlohmann::json::array();
-  log_info("memory per rank (ZeRO stage {}, DP {}, TP {}{}, recompute {}):", cfg_.zero_optimization.stage,
-           cfg_.derived.dp_size, cfg_.derived.tp_size, engine_.tensor_parallel().sequence_parallel() ? " with SP" : "",
-           to_string(cfg_.model.recompute));
-  log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12} {:>14}", "rank", "params", "grads", "optimizer", "workspace",
-           "activations", "per layer");
-  for (int r = 0; r < topology_.world().size(); ++r) {
-    const double* v = all.data() + static_cast<size_t>(r) * mine.size();
-    const auto bytes = [&](int i) { return static_cast<int64_t>(v[i]); };
-    log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12} {:>14}", r, bytes_text(bytes(0)), bytes_text(bytes(1)),
-             bytes_text(bytes(2)), bytes_text(bytes(3)), bytes_text(bytes(4)), bytes_text(bytes(5)));
-    ranks.push_back({{"rank", r},
-                     {"params", bytes(0)},
-                     {"grads", bytes(1)},
-                     {"optimizer", bytes(2)},
-                     {"workspace", bytes(3)},
-                     {"activations", bytes(4)},
-                     {"activations_per_layer", bytes(5)},
-                     {"activations_shared", bytes(6)}});
-  }
-  metrics_.write({{"type", "memory"},
-                  {"zero_stage", cfg_.zero_optimization.stage},
-                  {"dp", cfg_.derived.dp_size},
-                  {"tp", cfg_.derived.tp_size},
-                  {"sequence_parallel", engine_.tensor_parallel().sequence_parallel()},
-                  {"recompute", to_string(cfg_.model.recompute)},
-                  {"n_params", cfg_.derived.n_params},
-                  {"ranks", ranks}});
-}
-
-void Trainer::describe_devices() {
-  const char* comm = device_.comm == CommBackendKind::Nccl ? "nccl"
-                     : device_.access                      ? "mpi (device buffers staged through host memory)"
-                                                            : "mpi";
-  log_info("device: {} | communication: {}", device_.description, comm);
-}
-
-// The allocator's figures after the first step (every buffer and the largest transient
-// scratch exist by then): the most any rank allocated, and rank 0's view of its device.
-void Trainer::report_device_memory() {
-  if (backend_.device() == Device::CPU) return;
-  const MemoryStats mine = backend_.memory_stats();
-  const std::vector<double> all = all_gather_doubles(
-      topology_.world(), {static_cast<double>(mine.allocated_bytes), static_cast<double>(mine.peak_allocated_bytes)});
-  double peak = 0;
-  for (size_t i = 1; i < all.size(); i += 2) peak = std::max(peak, all[i]);
-  const auto mib = [](double bytes) { return bytes / (1 << 20); };
-  log_info("device memory after the first step: peak allocated {:.0f} MiB (largest rank); rank 0: {:.0f} MiB "
-           "allocated, {:.0f} of {:.0f} MiB in use on its device",
-           mib(peak), mib(static_cast<double>(mine.allocated_bytes)), mib(static_cast<double>(mine.device_used_bytes)),
-           mib(static_cast<double>(mine.device_total_bytes)));
-  metrics_.write({{"type", "device_memory"}, {"peak_allocated_max", static_cast<int64_t>(peak)},
-                  {"allocated", static_cast<int64_t>(mine.allocated_bytes)},
-                  {"device_used", static_cast<int64_t>(mine.device_used_bytes)},
-                  {"device_total", static_cast<int64_t>(mine.device_total_bytes)}});
-}
-
-void Trainer::reset_traffic() {
-  for (Comm* c : topology_.all_comms()) c->counters().reset();
-}
-
-void Trainer::traffic(StepMetrics& m) {
-  m.comm = m.comm_calls = nlohmann::json::object();
-  for (Comm* c : topology_.all_comms()) {
-    for (const auto& [op, stats] : c->counters().by_op) {
-      m.comm[c->name() + "." + op] = stats.payload_bytes;
-      m.comm_calls[c->name() + "." + op] = stats.calls;
-    }
-  }
-}
-
-void Trainer::train_step(StepMetrics& m) {
+bool Trainer::train_step(StepMetrics& m) {
   reset_traffic();
   const Timer step_timer;
   const int gas = cfg_.derived.grad_accum;
@@ -346,6 +28,13 @@ void Trainer::train_step(StepMetrics& m) {
   engine_.begin_step(gas);
   std::vector<float> losses;
   for (int i = 0; i < gas; ++i) {
+    // A stop signal is honoured between micro-batches: a step of many micro-batches (or slow
+    // ones) is abandoned rather than outlasting the grace a launcher gives before SIGKILL.
+    if (i > 0 && agree_to_stop()) {
+      engine_.abandon_step();
+      abandoned_after_ = i;
+      return false;
+    }
     const MicroBatch batch = loader_->next();
     losses.push_back(engine_.micro_step(batch.tokens.data(), batch.targets.data(), micro, seq, dloss));
   }
@@ -356,16 +45,18 @@ void Trainer::train_step(StepMetrics& m) {
   }
   const double lr = schedule_.current_lr();
   const StepOutcome outcome = engine_.apply(lr);
-  // DeepSpeed: a step skipped for an fp16 overflow does not advance the LR schedule either.
+  // DeepSpeed: a step skipped for an fp16 overflow does not advance the LR schedule either; nor
+  // does any other step skipped for a non-finite gradient.
   if (!outcome.skipped) schedule_.advance();
   ++state_.step;
   state_.scheduler_iteration = schedule_.iteration();
   state_.optimizer_steps = engine_.optimizer_steps();
+  m.skipped = outcome.skipped;
+  m.nonfinite = outcome.nonfinite;
   if (engine_.precision() == DType::F16) {
     state_.loss_scaler = engine_.loss_scaler_state();
     m.loss_scale = outcome.loss_scale;
-    m.skipped = outcome.skipped;
-    if (outcome.skipped) {
+    if (outcome.skipped && !outcome.nonfinite) {
       log_info("fp16 overflow at step {}: loss scale {} → {}, step skipped", state_.step, outcome.loss_scale,
                outcome.next_loss_scale);
       metrics_.write({{"type", "overflow"}, {"step", state_.step}, {"loss_scale", outcome.loss_scale},
@@ -403,10 +94,12 @@ void Trainer::train_step(StepMetrics& m) {
     if (cfg_.derived.tp_size > 1) m.tp_wait_seconds = t.tp_wait;
     m.optimizer_seconds = t.optimizer;
   }
+  return true;
 }
 
 void Trainer::save(int64_t step) {
   const Timer t;
+  check_state_finite(step);
   SaveContext context;
   context.rank = mpi_.world_rank();
   context.world_size = mpi_.world_size();
@@ -419,24 +112,62 @@ void Trainer::save(int64_t step) {
   // that none carries on into the next collective while another stops.
   agree_on_user_errors(mpi_, fmt::format("saving the checkpoint of step {}", step),
                        [&] { dir = save_training_checkpoint(cfg_, step, state_, engine_, context); });
+  last_saved_step_ = step;
   log_info("saved checkpoint {} ({:.1f}s)", dir, t.seconds());
 }
 
-void Trainer::evaluate(int64_t step) {
-  if (!val_data_) return;
+bool Trainer::evaluate(int64_t step) {
+  if (!val_data_) return true;
   const Timer t;
-  const double val_loss =
+  const std::optional<double> val_loss =
       evaluate_loss(engine_.model(), *val_data_, dims_.seq_len, cfg_.derived.micro_batch, cfg_.train.eval_iters,
-                    topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3);
-  log_info("eval step {} | val loss {:.4f} | {:.1f}s", step, val_loss, t.seconds());
-  metrics_.write({{"type", "eval"}, {"step", step}, {"val_loss", val_loss}});
+                    topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
+                    [this] { return agree_to_stop(); });
+  if (!val_loss) return false;
+  log_info("eval step {} | val loss {:.4f} | {:.1f}s", step, *val_loss, t.seconds());
+  metrics_.write({{"type", "eval"}, {"step", step}, {"val_loss", *val_loss}});
+  return true;
 }
 
 // Every rank samples (with ZeRO-3 or TP the forward needs them all; the RNG stays identical).
-void Trainer::sample(int64_t step) {
-  const std::string text = sample_text(engine_.model(), cfg_.logging.sample_prompt, cfg_.logging.sample_tokens, sample_rng_);
-  log_info("sample at step {}:\n{}{}\n---", step, cfg_.logging.sample_prompt, text);
-  metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", text}});
+bool Trainer::sample(int64_t step) {
+  // An interrupted sample has drawn from the RNG: the checkpoint must hold the draws of the
+  // finished samples only, so that a resumed run samples as an uninterrupted one.
+  const RngState before = sample_rng_.state();
+  const std::optional<std::string> text = sample_text(engine_.model(), cfg_.logging.sample_prompt,
+                                                      cfg_.logging.sample_tokens, sample_rng_,
+                                                      [this] { return agree_to_stop(); });
+  if (!text) {
+    sample_rng_.restore(before);
+    return false;
+  }
+  log_info("sample at step {}:\n{}{}\n---", step, cfg_.logging.sample_prompt, *text);
+  metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", *text}});
+  return true;
+}
+
+void Trainer::save_if_sound(int64_t step) {
+  if (cfg_.checkpoint.dir.empty() || last_saved_step_ == step) return;
+  if (nonfinite_in_a_row_ > 0) {
+    log_info("not saving step {}: the last {} step(s) had a non-finite gradient{}", step, nonfinite_in_a_row_,
+             last_saved_step_ >= 0 ? fmt::format("; the checkpoint of step {} stays the newest", last_saved_step_)
+                                   : std::string());
+    return;
+  }
+  save(step);
+}
+
+int Trainer::stop_for_signal() {
+  const std::string who = stop_signal() != 0 ? fmt::format("signal {} received", stop_signal())
+                                             : std::string("a stop signal reached another rank");
+  if (abandoned_after_ > 0) {
+    log_info("{}: abandoned step {} after {} of {} micro-batches; stopping after step {}", who, state_.step + 1,
+             abandoned_after_, cfg_.derived.grad_accum, state_.step);
+  } else {
+    log_info("{}: stopping after step {}", who, state_.step);
+  }
+  save_if_sound(state_.step);
+  return 0;
 }
 
 // A signal may reach some ranks only (or one step apart): all stop after the same step.
@@ -447,23 +178,17 @@ bool Trainer::agree_to_stop() {
 }
 
 int Trainer::run() {
+  try {
+    return run_loop();
+  } catch (const RunFault& fault) {
+    log_error("{}", fault.what());
+    return kExitInternalError;
+  }
+}
+
+int Trainer::run_loop() {
   const int64_t total = cfg_.train.iters;
-  log_info("model: {} layers, {} heads, d_model {}, vocab {} (padded {}), seq_len {}: {} parameters", dims_.n_layer,
-           dims_.n_head, dims_.d_model, dims_.vocab_size, dims_.padded_vocab, dims_.seq_len, cfg_.derived.n_params);
-  log_info("batch: {} sequences x {} tokens per step (micro {} x accumulation {} x DP {}); {:.3g} FLOP/token",
-           cfg_.derived.global_batch, dims_.seq_len, cfg_.derived.micro_batch, cfg_.derived.grad_accum,
-           cfg_.derived.dp_size, static_cast<double>(cfg_.derived.flops_per_token));
-  log_info("data: {} tokens in {} train shard(s){}", train_data_.num_tokens(), train_data_.shards().size(),
-           val_data_ ? fmt::format(", {} val tokens", val_data_->num_tokens()) : std::string());
-  log_info("layout: {} rank(s) = DP {} x TP {} x PP {} (rank = (pp*DP + dp)*TP + tp); sequence parallelism {}",
-           mpi_.world_size(), cfg_.derived.dp_size, cfg_.derived.tp_size, cfg_.derived.pp_size,
-           engine_.tensor_parallel().sequence_parallel() ? "on"
-           : cfg_.parallelism.sequence_parallel          ? "off (it needs TP > 1)"
-                                                         : "off");
-  log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
-           engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
-  log_info("precision: {}", precision_text(engine_.precision()));
-  describe_devices();
+  log_banner();
   report_memory();
   start_state();
   if (state_.step >= total) {
@@ -475,11 +200,13 @@ int Trainer::run() {
   install_stop_signal_handlers();
   const Timer run_timer;
   const int64_t first_step = state_.step;
-  bool saved_last = false;
+  const auto due = [&](int64_t interval, bool last) {
+    return interval > 0 && (state_.step % interval == 0 || last);
+  };
   while (state_.step < total) {
     StepMetrics m;
     m.total_steps = total;
-    train_step(m);
+    if (!train_step(m)) return stop_for_signal();
     const int64_t done = state_.step - first_step;
     if (done == 1) report_device_memory();
     m.eta_seconds = run_timer.seconds() / static_cast<double>(done) * static_cast<double>(total - state_.step);
@@ -488,30 +215,23 @@ int Trainer::run() {
     if (cfg_.steps_per_print > 0 && (state_.step % cfg_.steps_per_print == 0 || state_.step == 1 || last)) {
       log_info("{}", format_step_line(m));
     }
-    if (!std::isfinite(m.loss)) {
-      log_error("loss is {} at step {}: stopping (lower optimizer.params.lr or enable gradient_clipping)", m.loss, m.step);
-      return kExitInternalError;
-    }
-    if (cfg_.train.eval_interval > 0 && (state_.step % cfg_.train.eval_interval == 0 || last)) evaluate(state_.step);
-    if (cfg_.logging.sample_interval > 0 && (state_.step % cfg_.logging.sample_interval == 0 || last)) sample(state_.step);
-    saved_last = false;
-    if (!cfg_.checkpoint.dir.empty() &&
-        ((cfg_.checkpoint.save_interval > 0 && state_.step % cfg_.checkpoint.save_interval == 0) || last)) {
-      save(state_.step);
-      saved_last = true;
-    }
-    if (agree_to_stop()) {
-      if (stop_signal() != 0) {
-        log_info("signal {} received: stopping after step {}", stop_signal(), state_.step);
-      } else {
-        log_info("a stop signal reached another rank: stopping after step {}", state_.step);
-      }
-      if (!cfg_.checkpoint.dir.empty() && !saved_last) save(state_.step);
-      return 0;
-    }
+    if (!count_nonfinite(m)) return kExitInternalError;
+    if (due(cfg_.train.eval_interval, last) && !evaluate(state_.step)) return stop_for_signal();
+    if (due(cfg_.logging.sample_interval, last) && !sample(state_.step)) return stop_for_signal();
+    if (due(cfg_.checkpoint.save_interval, last) || last) save_if_sound(state_.step);
+    if (agree_to_stop()) return stop_for_signal();
   }
   log_info("done: {} steps in {}", total - first_step, format_duration(run_timer.seconds()));
   return 0;
+}
+
+namespace {
+
+// With as many ranks on a node as cores, BLAS threads only fight each other.
+void limit_blas_threads(const MpiRuntime& mpi) {
+  if (std::getenv("OPENBLAS_NUM_THREADS")) return;  // the user decided
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (mpi.local_size() > 1) openblas_set_num_threads(std::max<int>(1, static_cast<int>(cores / mpi.local_size())));
 }
 
 // Ranks that read different configs (a node with its own copy of the file, or other --set

@@ -1,0 +1,163 @@
+// Private to src/train: the Trainer behind `strata train` (trainer.cpp: the loop, steps, saves,
+// evaluation, samples; trainer_start.cpp: resume or initialise, and the cross-rank start checks;
+// trainer_reports.cpp: the start-up banner, memory and device reports, traffic) and what it is
+// built from.
+#pragma once
+#include <fmt/core.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/core.h"
+#include "train/metrics.h"
+#include "train/train.h"
+#include "train/train_internal.h"
+
+namespace strata {
+
+inline std::string bytes_text(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+inline ActivationRecompute recompute_of(const Config& cfg) {
+  switch (cfg.model.recompute) {
+    case Recompute::Full: return ActivationRecompute::Full;
+    case Recompute::Selective: return ActivationRecompute::Selective;
+    default: return ActivationRecompute::None;
+  }
+}
+
+inline std::string precision_text(DType precision) {
+  switch (precision) {
+    case DType::BF16:
+      return "bf16 (bf16 parameters and activations; fp32 master weights, gradient accumulation and Adam state)";
+    case DType::F16:
+      return "fp16 (fp16 parameters and activations; fp32 master weights, gradient accumulation and Adam state; "
+             "loss scaling)";
+    default:
+      return "fp32";
+  }
+}
+
+// What a rank sets up on its own, before any collective: its device, the data shards and
+// their sequence order, and (rank 0) the metrics file.
+struct RankSetup {
+  RankSetup(const Config& cfg, const MpiRuntime& mpi, int vocab_size, int seq_len)
+      : device(make_training_device(cfg, mpi)),
+        train_data(TokenDataset::open(cfg.data.train, vocab_size, "data.train")),
+        sampler(train_data, seq_len, cfg.data.shuffle, static_cast<uint64_t>(cfg.train.seed)) {
+    if (!cfg.data.val.empty()) {
+      val_data = TokenDataset::open(cfg.data.val, vocab_size, "data.val");
+      GlobalSampler(*val_data, seq_len, false, 0);  // evaluation needs a sequence: say so now, not at the first eval
+    }
+    if (!cfg.logging.metrics_file.empty() && mpi.world_rank() == 0) metrics = MetricsWriter(cfg.logging.metrics_file);
+  }
+  TrainingDevice device;
+  TokenDataset train_data;
+  GlobalSampler sampler;
+  std::optional<TokenDataset> val_data;
+  MetricsWriter metrics;
+};
+
+// T built from args on every rank under agree_on_user_errors.
+template <typename T, typename... Args>
+std::unique_ptr<T> make_agreed(const MpiRuntime& mpi, const std::string& what, Args&&... args) {
+  std::unique_ptr<T> made;
+  agree_on_user_errors(mpi, what, [&] { made = std::make_unique<T>(std::forward<Args>(args)...); });
+  return made;
+}
+
+// A fault of the run that the trainer reports with a complete message and ends with exit 1,
+// saving nothing.
+class RunFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Trainer {
+ public:
+  Trainer(const MpiRuntime& mpi, Config cfg, TrainOptions options)
+      : mpi_(mpi), cfg_(std::move(cfg)), options_(std::move(options)), dims_(gpt_dims_from_config(cfg_)),
+        setup_(make_agreed<RankSetup>(mpi, "setting up devices and data", cfg_, mpi, dims_.vocab_size, dims_.seq_len)),
+        device_(setup_->device),
+        backend_(*device_.backend),
+        topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size},
+                  agree_on_devices(mpi, cfg_, device_), device_.access ? &*device_.access : nullptr),
+        train_data_(setup_->train_data),
+        val_data_(setup_->val_data),
+        metrics_(setup_->metrics),
+        engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_, topology_.dp(),
+                                          topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
+                                          engine_settings_from_config(cfg_), &topology_.tp())),
+        engine_(*engine_owner_),
+        schedule_(lr_schedule_from_config(cfg_)) {
+    BatchLayout layout;
+    layout.micro_batch = cfg_.derived.micro_batch;
+    layout.grad_accum = cfg_.derived.grad_accum;
+    layout.dp_size = cfg_.derived.dp_size;
+    layout.dp_rank = topology_.coord().dp;
+    layout.seq_len = dims_.seq_len;
+    loader_ = std::make_unique<BatchLoader>(train_data_, setup_->sampler, layout, /*prefetch=*/true);
+    check_same_data();
+  }
+
+  int run();  // the process's exit code
+
+ private:
+  int run_loop();
+  void start_state();
+  void check_same_start(int64_t step);
+  void check_same_data();
+  nlohmann::json data_order() const;
+  void warn_if_data_order_changed(const nlohmann::json& saved) const;
+  // One optimizer step; false when a stop signal made the ranks abandon it between micro-batches.
+  bool train_step(StepMetrics& m);
+  void save(int64_t step);
+  // Saves the state after `step` unless there is nowhere to save it, it is saved already, or the
+  // latest steps had non-finite gradients (then the checkpoints before them stay the newest).
+  void save_if_sound(int64_t step);
+  // After the ranks agreed to stop on a signal: says so, saves, returns the exit code (0).
+  int stop_for_signal();
+  // Both false when a stop signal interrupted them.
+  bool evaluate(int64_t step);
+  bool sample(int64_t step);
+  // trainer_faults.cpp: counts a step with a non-finite gradient; false when the run must stop
+  // (after reporting why).
+  bool count_nonfinite(const StepMetrics& m);
+  // Throws RunFault when the state a save would write is not finite.
+  void check_state_finite(int64_t step);
+  std::string nonfinite_advice() const;
+  void log_banner();  // model, batch, data, layout, ZeRO, precision, device
+  void report_memory();
+  void report_device_memory();
+  void describe_devices();
+  bool agree_to_stop();
+  void reset_traffic();
+  void traffic(StepMetrics& m);
+
+  const MpiRuntime& mpi_;
+  Config cfg_;
+  TrainOptions options_;
+  GptDims dims_;
+  std::unique_ptr<RankSetup> setup_;
+  TrainingDevice& device_;
+  Backend& backend_;
+  Topology topology_;
+  const TokenDataset& train_data_;
+  const std::optional<TokenDataset>& val_data_;
+  MetricsWriter& metrics_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<Engine> engine_owner_;
+  Engine& engine_;
+  LrSchedule schedule_;
+  LoopState state_;
+  Rng sample_rng_;
+  int64_t nonfinite_in_a_row_ = 0;
+  int abandoned_after_ = 0;  // micro-batches done of a step abandoned for a stop signal
+  int64_t last_saved_step_ = -1;  // the newest checkpoint of this run (or the one it resumed from)
+};
+
+}  // namespace strata

@@ -1,0 +1,113 @@
+// `strata train`, part 3: what the run reports besides the step line — the start-up banner
+// (model, batch, data, layout, precision, device), memory per rank, the device allocator's
+// peak after the first step, and each step's traffic per communicator.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace strata {
+
+void Trainer::log_banner() {
+  log_info("model: {} layers, {} heads, d_model {}, vocab {} (padded {}), seq_len {}: {} parameters", dims_.n_layer,
+           dims_.n_head, dims_.d_model, dims_.vocab_size, dims_.padded_vocab, dims_.seq_len, cfg_.derived.n_params);
+  log_info("batch: {} sequences x {} tokens per step (micro {} x accumulation {} x DP {}); {:.3g} FLOP/token",
+           cfg_.derived.global_batch, dims_.seq_len, cfg_.derived.micro_batch, cfg_.derived.grad_accum,
+           cfg_.derived.dp_size, static_cast<double>(cfg_.derived.flops_per_token));
+  log_info("data: {} tokens in {} train shard(s){}", train_data_.num_tokens(), train_data_.shards().size(),
+           val_data_ ? fmt::format(", {} val tokens", val_data_->num_tokens()) : std::string());
+  log_info("layout: {} rank(s) = DP {} x TP {} x PP {} (rank = (pp*DP + dp)*TP + tp); sequence parallelism {}",
+           mpi_.world_size(), cfg_.derived.dp_size, cfg_.derived.tp_size, cfg_.derived.pp_size,
+           engine_.tensor_parallel().sequence_parallel() ? "on"
+           : cfg_.parallelism.sequence_parallel          ? "off (it needs TP > 1)"
+                                                         : "off");
+  log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
+           engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
+  log_info("precision: {}", precision_text(engine_.precision()));
+  describe_devices();
+}
+
+// Every rank's memory, gathered to all (cheap, once) and reported by rank 0.
+void Trainer::report_memory() {
+  const EngineMemory mem = engine_.memory();
+  const ActivationBytes& act = engine_.model().activation_breakdown();
+  const std::vector<double> mine = {static_cast<double>(mem.params),    static_cast<double>(mem.grads),
+                                    static_cast<double>(mem.optimizer), static_cast<double>(mem.workspace),
+                                    static_cast<double>(act.total),     static_cast<double>(act.per_layer),
+                                    static_cast<double>(act.shared)};
+  const std::vector<double> all = all_gather_doubles(topology_.world(), mine);
+  nlohmann::json ranks = nlohmann::json::array();
+  log_info("memory per rank (ZeRO stage {}, DP {}, TP {}{}, recompute {}):", cfg_.zero_optimization.stage,
+           cfg_.derived.dp_size, cfg_.derived.tp_size, engine_.tensor_parallel().sequence_parallel() ? " with SP" : "",
+           to_string(cfg_.model.recompute));
+  log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12} {:>14}", "rank", "params", "grads", "optimizer", "workspace",
+           "activations", "per layer");
+  for (int r = 0; r < topology_.world().size(); ++r) {
+    const double* v = all.data() + static_cast<size_t>(r) * mine.size();
+    const auto bytes = [&](int i) { return static_cast<int64_t>(v[i]); };
+    log_info("  {:>4} {:>12} {:>12} {:>12} {:>12} {:>12} {:>14}", r, bytes_text(bytes(0)), bytes_text(bytes(1)),
+             bytes_text(bytes(2)), bytes_text(bytes(3)), bytes_text(bytes(4)), bytes_text(bytes(5)));
+    ranks.push_back({{"rank", r},
+                     {"params", bytes(0)},
+                     {"grads", bytes(1)},
+                     {"optimizer", bytes(2)},
+                     {"workspace", bytes(3)},
+                     {"activations", bytes(4)},
+                     {"activations_per_layer", bytes(5)},
+                     {"activations_shared", bytes(6)}});
+  }
+  metrics_.write({{"type", "memory"},
+                  {"zero_stage", cfg_.zero_optimization.stage},
+                  {"dp", cfg_.derived.dp_size},
+                  {"tp", cfg_.derived.tp_size},
+                  {"sequence_parallel", engine_.tensor_parallel().sequence_parallel()},
+                  {"recompute", to_string(cfg_.model.recompute)},
+                  {"n_params", cfg_.derived.n_params},
+                  {"ranks", ranks}});
+}
+
+void Trainer::describe_devices() {
+  const char* comm = device_.comm == CommBackendKind::Nccl ? "nccl"
+                     : device_.access                      ? "mpi (device buffers staged through host memory)"
+                                                            : "mpi";
+  log_info("device: {} | communication: {}", device_.description, comm);
+}
+
+// The allocator's figures after the first step (every buffer and the largest transient
+// scratch exist by then): the most any rank allocated, and rank 0's view of its device.
+void Trainer::report_device_memory() {
+  if (backend_.device() == Device::CPU) return;
+  const MemoryStats mine = backend_.memory_stats();
+  const std::vector<double> all = all_gather_doubles(
+      topology_.world(), {static_cast<double>(mine.allocated_bytes), static_cast<double>(mine.peak_allocated_bytes)});
+  double peak = 0;
+  for (size_t i = 1; i < all.size(); i += 2) peak = std::max(peak, all[i]);
+  const auto mib = [](double bytes) { return bytes / (1 << 20); };
+  log_info("device memory after the first step: peak allocated {:.0f} MiB (largest rank); rank 0: {:.0f} MiB "
+           "allocated, {:.0f} of {:.0f} MiB in use on its device",
+           mib(peak), mib(static_cast<double>(mine.allocated_bytes)), mib(static_cast<double>(mine.device_used_bytes)),
+           mib(static_cast<double>(mine.device_total_bytes)));
+  metrics_.write({{"type", "device_memory"}, {"peak_allocated_max", static_cast<int64_t>(peak)},
+                  {"allocated", static_cast<int64_t>(mine.allocated_bytes)},
+                  {"device_used", static_cast<int64_t>(mine.device_used_bytes)},
+                  {"device_total", static_cast<int64_t>(mine.device_total_bytes)}});
+}
+
+void Trainer::reset_traffic() {
+  for (Comm* c : topology_.all_comms()) c->counters().reset();
+}
+
+void Trainer::traffic(StepMetrics& m) {
+  m.comm = m.comm_calls = nlohmann::json::object();
+  for (Comm* c : topology_.all_comms()) {
+    for (const auto& [op, stats] : c->counters().by_op) {
+      m.comm[c->name() + "." + op] = stats.payload_bytes;
+      m.comm_calls[c->name() + "." + op] = stats.calls;
+    }
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,123 @@
+// `strata train`, part 2: where a run starts — resume from a checkpoint (read by each rank on its
+// own, then agreed) or fresh weights — and the checks that every rank starts from the same step
+// and reads the same data, with a warning when a resume changes the order of the data.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace strata {
+
+// Each rank finds and reads its checkpoint on its own (ranks on different nodes may see
+// different files); the ranks agree that all of them succeeded and start from the same step
+// before the first collective.
+void Trainer::start_state() {
+  std::string resume_path;
+  const std::string source_key = "checkpoint.resume";
+  bool resumed = false;
+  agree_on_user_errors(mpi_, "resuming from a checkpoint", [&] {
+    const std::string& resume = cfg_.checkpoint.resume;
+    if (resume == "auto") {
+      if (!cfg_.checkpoint.dir.empty()) {
+        if (auto latest = find_latest_checkpoint(cfg_.checkpoint.dir)) resume_path = *latest;
+      }
+    } else if (resume != "none") {
+      resume_path = resume;
+    }
+    if (resume_path.empty()) return;
+    state_ = read_training_checkpoint(resume_path, source_key, engine_, mpi_.world_rank());
+    resumed = true;
+  });
+  check_same_start(resumed ? state_.step : -1);
+  if (resumed) {
+    engine_.params_loaded();
+    schedule_.set_iteration(state_.scheduler_iteration);
+    sample_rng_.restore(state_.sample_rng);
+    log_info("resumed from {} at step {}", resume_path, state_.step);
+    last_saved_step_ = state_.step;
+    const int64_t by_batch = state_.step * cfg_.derived.global_batch;
+    if (state_.next_sequence < 0) {
+      state_.next_sequence = by_batch;  // a checkpoint from before the field existed
+    } else if (state_.next_sequence != by_batch) {
+      log_info("the data continues at sequence {}, not at step x global batch = {} x {} = {}: the run so far used "
+               "another global batch",
+               state_.next_sequence, state_.step, cfg_.derived.global_batch, by_batch);
+    }
+    warn_if_data_order_changed(state_.data_order);
+  } else {
+    engine_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
+    state_.next_sequence = 0;
+    sample_rng_ = Rng(static_cast<uint64_t>(cfg_.train.seed), rng_stream_id("sample"));
+    state_.sample_rng = sample_rng_.state();
+    if (engine_.precision() == DType::F16) state_.loss_scaler = engine_.loss_scaler_state();
+    log_info("initialised weights (seed {})", cfg_.train.seed);
+    if (cfg_.checkpoint.save_initial && !cfg_.checkpoint.dir.empty()) save(0);
+  }
+  loader_->seek(state_.step, state_.next_sequence);
+}
+
+// `step` is the checkpoint's step, or -1 for fresh weights. A UserError on every rank when the
+// ranks differ: with checkpoint.dir on storage that is not shared, a node may see an older
+// checkpoint or none, and a run from mixed states would be wrong (or hang).
+void Trainer::check_same_start(int64_t step) {
+  if (mpi_.world_size() == 1) return;
+  const std::vector<int64_t> steps = gather_from_all_ranks(mpi_, {step});
+  const int differs = first_rank_unlike_rank0(steps, 1);
+  if (differs < 0) return;
+  const auto start = [&](int r) {
+    const int64_t s = steps[static_cast<size_t>(r)];
+    return s < 0 ? std::string("fresh weights (no checkpoint found)") : fmt::format("a checkpoint at step {}", s);
+  };
+  throw UserError(fmt::format(
+      "checkpoint.resume: {}: the ranks found different checkpoints: rank 0 would start from {}, rank {} from {}; "
+      "checkpoint.dir must be storage that every node shares, or name one checkpoint in checkpoint.resume",
+      cfg_.checkpoint.resume, start(0), differs, start(differs)),
+      RaisedOn::EveryRank);
+}
+
+// Every rank reads the data on its own node: copies that differ (another version of the corpus)
+// would give each rank other sequences than the global order assigns it.
+void Trainer::check_same_data() {
+  if (mpi_.world_size() == 1) return;
+  const std::vector<int64_t> all =
+      gather_from_all_ranks(mpi_, {train_data_.num_tokens(), val_data_ ? val_data_->num_tokens() : -1});
+  const int r = first_rank_unlike_rank0(all, 2);
+  if (r < 0) return;
+  const int k = all[2 * static_cast<size_t>(r)] != all[0] ? 0 : 1;  // train first
+  throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a shared "
+                              "file system, or identical copies on every node)",
+                              k == 0 ? "data.train" : "data.val", r, all[2 * static_cast<size_t>(r) + k],
+                              all[static_cast<size_t>(k)]),
+                  RaisedOn::EveryRank);
+}
+
+nlohmann::json Trainer::data_order() const {
+  return {{"tokens", train_data_.num_tokens()}, {"shuffle", cfg_.data.shuffle}, {"seed", cfg_.train.seed}};
+}
+
+// A resumed run may change its data on purpose (more text, shuffling on); it is told that the
+// sequences from here differ from those an uninterrupted run would have read.
+void Trainer::warn_if_data_order_changed(const nlohmann::json& saved) const {
+  if (saved.is_null() || mpi_.world_rank() != 0) return;
+  const nlohmann::json now = data_order();
+  const auto then = [&](const char* key) { return saved.contains(key) ? saved.at(key) : nlohmann::json(); };
+  std::string changes;
+  const auto add = [&](const std::string& what, const char* key) {
+    changes += fmt::format("{}{} is {}, {} then", changes.empty() ? "" : "; ", what, now[key].dump(), then(key).dump());
+  };
+  if (then("tokens") != now["tokens"]) add("the token count of data.train", "tokens");
+  if (then("shuffle") != now["shuffle"]) {
+    add("data.shuffle", "shuffle");
+  } else if (cfg_.data.shuffle && then("seed") != now["seed"]) {
+    add("train.seed (which orders the shuffled data)", "seed");
+  }
+  if (changes.empty()) return;
+  log_warn("the data order differs from the checkpoint's run ({}): from here on this run reads other sequences than "
+           "an uninterrupted run would",
+           changes);
+}
+
+}  // namespace strata
