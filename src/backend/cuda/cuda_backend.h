@@ -82,8 +82,10 @@ class CudaBackend final : public Backend {
                     const AdamWArgs& args) override;
 
   // ---- tensor parallelism (cuda_tensor_parallel.cpp) ----
+  // out F32, BF16 or F16; bias any float type (the fp32 sum is rounded once to out's dtype).
   void add_bias(Tensor out, Tensor bias) override;
-  // tokens may be in host or device memory.
+  // tokens may be in host or device memory; wte_slice, out and wpe share one dtype; the
+  // gradients of the backward may have their own (fp32 accumulation under 16-bit dout).
   void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) override;
   void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
                                 int64_t vocab_start) override;
@@ -91,6 +93,8 @@ class CudaBackend final : public Backend {
   // targets may be in host or device memory (then read back only when one is out of range).
   void vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t vocab_start,
                               int vocab_size) override;
+  // Host targets are range-checked again; device ones are not (pass 2 checked them; here a
+  // target is only compared with column indices, never used as an address).
   void vocab_parallel_cross_entropy(Tensor logits, Tensor losses, Tensor targets, Tensor row_max, Tensor stats,
                                     int64_t vocab_start, int vocab_size, bool write_dlogits, float dloss) override;
 

@@ -289,6 +289,23 @@ int main(int argc, char** argv) {
     // The benchmark rewrites the same logits each pass; values stay finite (dlogits are bounded).
     bench.run("softmax_cross_entropy + dlogits", es * 2.0 * N * Vp, 0,
               [&] { gpu.softmax_cross_entropy(logits, losses, targets, static_cast<int>(V), true, 1.0f / N); });
+    // Tensor parallelism at TP 2, without the all-reduces between passes: the three
+    // cross-entropy passes on the second rank's half of the vocabulary (its padding included)
+    // read the slice twice and rewrite it once, against the fused row above over all columns.
+    {
+      const int64_t Vs = Vp / 2;
+      const Tensor slice_logits = pool.make(dt, {N, Vs}), row_max = pool.make(DType::F32, {N});
+      const Tensor stats = pool.make(DType::F32, {2, N}), dwte_slice = pool.make(DType::F32, {Vs, C});
+      bench.run("vocab_parallel CE 3 passes + dlogits (TP 2 slice)", es * 4.0 * N * Vs + 24.0 * N, 0, [&] {
+        gpu.vocab_parallel_max(row_max, slice_logits, Vs, static_cast<int>(V));
+        gpu.vocab_parallel_sum_exp(stats, slice_logits, row_max, targets, Vs, static_cast<int>(V));
+        gpu.vocab_parallel_cross_entropy(slice_logits, losses, targets, row_max, stats, Vs, static_cast<int>(V), true,
+                                         1.0f / N);
+      });
+      // The first rank's slice: text-like ids fall mostly in it, the busier rank.
+      bench.run("embedding_backward_slice (TP 2 rank 0, text-like ids)", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
+                [&] { gpu.embedding_backward_slice(dwte_slice, dwpe, x, text_tokens, 0); });
+    }
 
     const Tensor p = pool.make(DType::F32, {params}), g = pool.make(DType::F32, {params}, 1e-3f);
     const Tensor m = pool.make(DType::F32, {params}, 0.0f), v = pool.make(DType::F32, {params}, 0.0f);
