@@ -2,6 +2,7 @@
 // errors to exit codes (0 ok, 2 user error, 1 internal error, 3 device/comm failure).
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <exception>
 #include <memory>
 
@@ -34,6 +35,9 @@ int report_user_error(const strata::UserError& e, int world_size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) must fail a checkpoint write with EFBIG, which the save
+  // reports and cleans up after, not kill the process with SIGXFSZ halfway through it.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"strata: GPT training over DP x TP x PP ranks with ZeRO, from one YAML config"};
   app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION);
   app.require_subcommand(1);

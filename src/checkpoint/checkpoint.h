@@ -134,25 +134,40 @@ struct SaveContext {
   int rank = 0;
   int world_size = 1;
   std::function<void()> barrier;  // collective over all ranks; may be empty when world_size == 1
+  // Collective: the sum of every rank's value (the bytes each will write), so that rank 0 can
+  // check the room for the whole checkpoint first; empty: this rank's bytes stand for all.
+  std::function<uint64_t(uint64_t)> sum_over_ranks = nullptr;
 };
 
-// Collective: every rank calls it with its own pieces. Writes root/step_%08d.tmp/, then rank 0
-// writes manifest.json, renames the directory to root/step_%08d, atomically replaces
+// Collective: every rank calls it with its own pieces. Rank 0 first checks that the file system
+// has room for every rank's bytes (deleting first what keep_last would delete after the save,
+// when that makes room; else failing with how much is needed). Writes root/step_%08d.tmp/, then
+// rank 0 writes manifest.json, renames the directory to root/step_%08d, atomically replaces
 // root/latest, prunes all but the newest `keep_last` step dirs (0 = keep all; the one just
 // saved is always kept) and removes stale *.tmp dirs. Returns after the checkpoint is complete
 // on every rank; returns the step dir. A failure on any rank throws on every rank (rank 0 with
-// the cause), and leaves the previous checkpoint and `latest` untouched; every throw comes after
-// the last barrier, so a caller may agree on the outcome collectively. root must be shared by
-// all ranks.
+// the cause), removes the partial step_%08d.tmp/ and leaves the previous checkpoint and
+// `latest` untouched; every throw comes after the last barrier, so a caller may agree on the
+// outcome collectively. root must be shared by all ranks.
 std::string save_checkpoint(const std::string& root, int64_t step, const SaveContext& context,
                             const std::vector<TensorPiece>& pieces, const nlohmann::json& rank_state,
                             const nlohmann::json& global_meta, int keep_last);
+
+// Removes the leftovers of interrupted saves (step_*.tmp) in root; returns how many. For rank 0
+// at start-up, before anyone saves: a partial save of full size would otherwise keep a full
+// disk full. UserError when one cannot be removed.
+int remove_interrupted_saves(const std::string& root);
 
 // The checkpoint `root/latest` names, or, without a latest file, the highest complete step dir
 // in root; nullopt when there is none. UserError when latest names a missing checkpoint.
 std::optional<std::string> find_latest_checkpoint(const std::string& root);
 
 std::string checkpoint_dir_name(int64_t step);  // "step_00001000"
+// The step a dir named "step_%08d" (any path ending in one) holds; -1 for other names.
+int64_t checkpoint_dir_step(const std::string& path);
+// The complete step dirs in root (those with a manifest), newest first; empty when root does not
+// exist.
+std::vector<std::string> complete_checkpoints(const std::string& root);
 
 struct TensorInfo {
   DType dtype = DType::F32;

@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/retention.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -191,37 +192,6 @@ void publish_directory(const std::string& tmp_dir, const std::string& final_dir)
   fs::remove_all(aside, ignored);
 }
 
-// Deletes complete step dirs beyond keep_last (never the one just saved) and leftovers of
-// interrupted saves. Failures only warn: the new checkpoint is already safe.
-void prune(const std::string& root, int64_t current_step, int keep_last) {
-  std::vector<std::pair<int64_t, fs::path>> complete;
-  std::vector<fs::path> stale;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::string suffix = ckpt::kTmpSuffix;
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-        name.compare(0, 5, "step_") == 0) {
-      stale.push_back(entry.path());
-      continue;
-    }
-    const int64_t step = ckpt::parse_step_dir_name(name);
-    if (step >= 0 && step != current_step && ckpt::path_exists((entry.path() / ckpt::kManifestFile).string())) {
-      complete.emplace_back(step, entry.path());
-    }
-  }
-  if (ec) log_warn("checkpoint: cannot list {} to prune it: {}", root, ec.message());
-  std::vector<fs::path> doomed = stale;
-  if (keep_last > 0) {
-    std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (size_t i = static_cast<size_t>(keep_last - 1); i < complete.size(); ++i) doomed.push_back(complete[i].second);
-  }
-  for (const fs::path& path : doomed) {
-    fs::remove_all(path, ec);
-    if (ec) log_warn("checkpoint: cannot delete {}: {}", path.string(), ec.message());
-  }
-}
-
 std::string error_text(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -280,7 +250,7 @@ void finish_save(const std::string& root, const std::string& tmp_dir, const std:
   publish_directory(tmp_dir, final_dir);
   ckpt::fsync_directory(root);
   ckpt::write_file_atomic(ckpt::join_path(root, ckpt::kLatestFile), checkpoint_dir_name(step) + "\n");
-  prune(root, step, keep_last);
+  ckpt::prune(root, step, keep_last);
   log_info("checkpoint: saved step {} to {} ({} files, {:.1f} MB)", step, final_dir, world_size,
            static_cast<double>(total_bytes) / 1e6);
 }
@@ -316,11 +286,20 @@ std::string save_checkpoint(const std::string& root, int64_t step, const SaveCon
   const bool leader = context.rank == 0;
   std::exception_ptr error;
   std::string checksum;
+  uint64_t my_bytes = 0;
+  for (const TensorPiece& piece : pieces) {
+    uint64_t n = dtype_size(piece.dtype);
+    for (int64_t d : piece.shape) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+    my_bytes += n;
+  }
+  const uint64_t all_bytes = context.sum_over_ranks ? context.sum_over_ranks(my_bytes)
+                                                    : my_bytes * static_cast<uint64_t>(context.world_size);
 
   if (leader) {
     try {
       fs::create_directories(root);
       fs::remove_all(tmp_dir);  // a leftover of an interrupted save of this same step
+      ckpt::ensure_room(root, step, keep_last, all_bytes);
       fs::create_directory(tmp_dir);
     } catch (const fs::filesystem_error& e) {
       error = std::make_exception_ptr(UserError(std::string("checkpoint directory ") + tmp_dir + ": " + e.what()));
@@ -354,7 +333,12 @@ std::string save_checkpoint(const std::string& root, int64_t step, const SaveCon
     }
   }
   barrier();
-  if (error) std::rethrow_exception(error);
+  if (error) {
+    // Every rank is past its writes: a partial save would only fill the disk for the next try.
+    std::error_code ignored;
+    if (leader) fs::remove_all(tmp_dir, ignored);
+    std::rethrow_exception(error);
+  }
   if (!leader && !save_confirmed(final_dir, context.rank, checksum)) {
     throw UserError("checkpoint save of step " + std::to_string(step) + " to " + root +
                     " failed (rank 0 reports the cause)");

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "data/data.h"
+#include "data/mapped_files.h"
 #include "data/shard_writer.h"
 
 namespace strata {
@@ -29,7 +30,9 @@ struct TokenDataset::Mapping {
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   ~Mapping() {
-    if (base) ::munmap(const_cast<unsigned char*>(base), bytes);
+    if (!base) return;
+    unregister_mapped_file(base);
+    ::munmap(const_cast<unsigned char*>(base), bytes);
   }
   const unsigned char* tokens() const { return base + kShardHeaderBytes; }
 };
@@ -85,6 +88,7 @@ std::shared_ptr<const TokenDataset::Mapping> open_shard(const std::string& path,
   auto mapping = std::make_shared<TokenDataset::Mapping>();
   mapping->base = static_cast<const unsigned char*>(base);
   mapping->bytes = static_cast<size_t>(file_bytes);
+  register_mapped_file(base, mapping->bytes, path);
 
   int32_t header[3];
   std::memcpy(header, mapping->base, sizeof(header));

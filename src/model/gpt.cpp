@@ -155,7 +155,7 @@ void Gpt::load_tokens(const int32_t* tokens, const int32_t* targets, const Batch
   };
   validate(tokens, "token");
   backend_.copy(Tensor(const_cast<int32_t*>(tokens), DType::I32, {b.B, b.T}, Device::CPU),
-                act(tokens_offset_, {b.B, b.T}, DType::I32));
+                act(arena_.tokens, {b.B, b.T}, DType::I32));
   if (targets) {
     validate(targets, "target");
     const int32_t* ids = targets;
@@ -165,20 +165,20 @@ void Gpt::load_tokens(const int32_t* tokens, const int32_t* targets, const Batch
       ids = padded_ids_.data();
     }
     backend_.copy(Tensor(const_cast<int32_t*>(ids), DType::I32, {b.padded}, Device::CPU),
-                  act(targets_offset_, {b.padded}, DType::I32));
+                  act(arena_.targets, {b.padded}, DType::I32));
   }
 }
 
 void Gpt::embed(const Batch& b, void* embeddings) {
   const Tensor wte = param_view(embeddings, specs_[0]), wpe = param_view(embeddings, specs_[1]);
-  const Tensor tokens = act(tokens_offset_, {b.B, b.T}, DType::I32);
+  const Tensor tokens = act(arena_.tokens, {b.B, b.T}, DType::I32);
   if (!tp_active()) {
     backend_.embedding_forward(sequences(residual(0, b), b.B, b.T), tokens, wte, wpe);
     return;
   }
   // Vocab-parallel: each rank embeds the tokens of its vocabulary slice (zero rows for the
   // others), one rank adds the positions, and g sums the rows over the group.
-  const Tensor full = sequence_parallel() ? all_rows(block_out_offset_, b) : residual(0, b);
+  const Tensor full = sequence_parallel() ? all_rows(arena_.block_out, b) : residual(0, b);
   backend_.embedding_forward_slice(sequences(full, b.B, b.T), tokens, wte, tp_rank() == 0 ? wpe : Tensor(),
                                    vocab_start_);
   if (b.padded > b.rows) backend_.zero(row_block(full, b.rows, b.padded - b.rows));
@@ -186,7 +186,7 @@ void Gpt::embed(const Batch& b, void* embeddings) {
 }
 
 Tensor Gpt::row_parallel_forward(Tensor inp, Tensor weight, Tensor bias, const Batch& b) {
-  const Tensor product = all_rows(block_out_offset_, b);
+  const Tensor product = all_rows(arena_.block_out, b);
   if (!tp_active()) {
     backend_.linear_forward(product, inp, weight, bias);
     return product;
@@ -203,7 +203,7 @@ Tensor Gpt::row_parallel_forward(Tensor inp, Tensor weight, Tensor bias, const B
 void Gpt::block_forward(const BlockParams& p, const BlockActs& a, Tensor input, bool ln1_done, bool project,
                         const Batch& b) {
   const bool sp = sequence_parallel();
-  const Tensor gathered = sp ? all_rows(gathered_offset_, b) : Tensor();
+  const Tensor gathered = sp ? all_rows(arena_.gathered, b) : Tensor();
   if (!ln1_done) backend_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, input, p.ln1_w, p.ln1_b);
   const Tensor ln1 = sp ? gathered : a.ln1;
   tp_->enter_forward(a.ln1, ln1);
@@ -239,10 +239,10 @@ void Gpt::run_forward(const Batch& b) {
     store_->release_params(l + 1, Pass::Forward);
   }
   void* final_ln = store_->acquire_params(L + 1, Pass::Forward);
-  const Tensor lnf = act(lnf_offset_, {b.local, dims_.d_model});
+  const Tensor lnf = act(arena_.lnf, {b.local, dims_.d_model});
   const Tensor lnf_w = param_view(final_ln, specs_[lnf_spec]), lnf_b = param_view(final_ln, specs_[lnf_spec + 1]);
-  const Tensor lnf_mean = act(lnf_mean_offset_, {b.local}, DType::F32);
-  const Tensor lnf_rstd = act(lnf_rstd_offset_, {b.local}, DType::F32);
+  const Tensor lnf_mean = act(arena_.lnf_mean, {b.local}, DType::F32);
+  const Tensor lnf_rstd = act(arena_.lnf_rstd, {b.local}, DType::F32);
   if (L > 0) {
     backend_.residual_layernorm_forward(residual(L, b), lnf, lnf_mean, lnf_rstd, prev_x_mid, mlp_out(b), lnf_w, lnf_b);
   } else {
@@ -250,25 +250,25 @@ void Gpt::run_forward(const Batch& b) {
   }
   store_->release_params(L + 1, Pass::Forward);
   // Tied head, column-parallel over the vocabulary: logits (rows, V_slice) = ln_f(x) · wte_sliceᵀ.
-  const Tensor lnf_all = sequence_parallel() ? all_rows(lnf_full_offset_, b) : lnf;
+  const Tensor lnf_all = sequence_parallel() ? all_rows(arena_.lnf_full, b) : lnf;
   tp_->enter_forward(lnf, lnf_all);
-  backend_.matmul(act(logits_offset_, {b.padded, vocab_rows_}), lnf_all, param_view(emb, specs_[0]), Tensor(), false,
+  backend_.matmul(act(arena_.logits, {b.padded, vocab_rows_}), lnf_all, param_view(emb, specs_[0]), Tensor(), false,
                   /*trans_b=*/true, false);
   store_->release_params(0, Pass::Forward);
 }
 
 void Gpt::loss_forward(const Batch& b, bool write_dlogits, float dloss) {
-  const Tensor logits = act(logits_offset_, {b.padded, vocab_rows_});
-  const Tensor losses = act(losses_offset_, {b.padded}, DType::F32);
-  const Tensor targets = act(targets_offset_, {b.padded}, DType::I32);
+  const Tensor logits = act(arena_.logits, {b.padded, vocab_rows_});
+  const Tensor losses = act(arena_.losses, {b.padded}, DType::F32);
+  const Tensor targets = act(arena_.targets, {b.padded}, DType::I32);
   if (!tp_active()) {
     backend_.softmax_cross_entropy(logits, losses, targets, dims_.vocab_size, write_dlogits, dloss);
     return;
   }
   // Vocab-parallel: the row maxima and then the exponential sums (with the target's logit, known
   // to the rank whose slice holds it) are all-reduced; the full logits are never gathered.
-  const Tensor row_max = act(row_max_offset_, {b.padded}, DType::F32);
-  const Tensor stats = act(loss_stats_offset_, {2, b.padded}, DType::F32);
+  const Tensor row_max = act(arena_.row_max, {b.padded}, DType::F32);
+  const Tensor stats = act(arena_.loss_stats, {2, b.padded}, DType::F32);
   backend_.vocab_parallel_max(row_max, logits, vocab_start_, dims_.vocab_size);
   tp_->all_reduce(row_max, ReduceOp::Max);
   backend_.vocab_parallel_sum_exp(stats, logits, row_max, targets, vocab_start_, dims_.vocab_size);
@@ -301,7 +301,7 @@ float Gpt::forward_loss(const int32_t* tokens, const int32_t* targets, int B, in
 
 float Gpt::mean_loss(const Batch& b) {
   host_losses_.resize(static_cast<size_t>(b.rows));
-  backend_.copy(act(losses_offset_, {b.rows}, DType::F32), Tensor(host_losses_.data(), DType::F32, {b.rows}, Device::CPU));
+  backend_.copy(act(arena_.losses, {b.rows}, DType::F32), Tensor(host_losses_.data(), DType::F32, {b.rows}, Device::CPU));
   double sum = 0.0;
   for (float l : host_losses_) sum += l;
   backward_ready_ = true;
@@ -316,7 +316,7 @@ Tensor Gpt::forward_logits(const int32_t* tokens, int B, int T) {
   const Batch b = batch_of(B, T);
   load_tokens(tokens, nullptr, b);
   run_forward(b);
-  return act(logits_offset_, {B, T, vocab_rows_});
+  return act(arena_.logits, {B, T, vocab_rows_});
 }
 
 std::vector<float> Gpt::last_token_logits(const int32_t* tokens, int T) {
@@ -325,7 +325,7 @@ std::vector<float> Gpt::last_token_logits(const int32_t* tokens, int T) {
   Tensor last(static_cast<char*>(logits.data) + static_cast<size_t>(T - 1) * static_cast<size_t>(vocab_rows_) * element,
               dtype_, {vocab_rows_}, logits.device);
   if (tp_active()) {  // only this row's slices travel, not the logits
-    const Tensor row = act(sample_row_offset_, {dims_.padded_vocab});
+    const Tensor row = act(arena_.sample_row, {dims_.padded_vocab});
     tp_->all_gather(last, row);
     last = row;
   }

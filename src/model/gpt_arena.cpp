@@ -1,7 +1,8 @@
 // The GPT model's activation arena: one allocation planned once for (max_batch, seq_len), this
 // rank's tensor-parallel widths and the recompute mode, with byte counts by what each slot
-// holds (per layer, shared recompute scratch, other) for the memory report; and the views of
-// it at the current batch.
+// holds (per layer, shared recompute scratch, other) for the memory report and for estimates
+// before anything is allocated; and the views of it at the current batch.
+#include <algorithm>
 #include <string>
 
 #include "model/model.h"
@@ -49,73 +50,87 @@ Gpt::Batch Gpt::batch_of(int B, int T) const {
   return b;
 }
 
-void Gpt::plan_arena() {
-  const Batch most = batch_of(max_batch_, dims_.seq_len);
-  const size_t w = dtype_size(dtype_), f32 = sizeof(float);
-  const size_t C = static_cast<size_t>(dims_.d_model);
-  const size_t local = static_cast<size_t>(most.local), padded = static_cast<size_t>(most.padded);
+ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, ActivationRecompute recompute, DType dtype,
+                                     int tp_size, bool sequence_parallel, GptArenaLayout* layout) {
+  GptArenaLayout scratch_layout;
+  GptArenaLayout& o = layout ? *layout : scratch_layout;
+  o = GptArenaLayout();
+  const bool sp = sequence_parallel && tp_size > 1;
+  const size_t t = static_cast<size_t>(tp_size);
+  const size_t rows = static_cast<size_t>(max_batch) * static_cast<size_t>(dims.seq_len);
+  const size_t padded = sp ? static_cast<size_t>(round_up_to(static_cast<int64_t>(rows), tp_size)) : rows;
+  const size_t local = sp ? padded / t : rows;
+  const size_t w = dtype_size(dtype), f32 = sizeof(float);
+  const size_t C = static_cast<size_t>(dims.d_model);
+  const size_t attn_width = C / t, heads = static_cast<size_t>(dims.n_head) / t, mlp_width = 4 * C / t;
+  const size_t vocab_rows = static_cast<size_t>(dims.padded_vocab) / t;
   const size_t local_c = local * C * w, full_c = padded * C * w;
-  const bool sp = sequence_parallel();
   ArenaPlan plan;
-  tokens_offset_ = plan.reserve(padded * sizeof(int32_t), Slot::Other);
-  targets_offset_ = plan.reserve(padded * sizeof(int32_t), Slot::Other);
+  o.tokens = plan.reserve(padded * sizeof(int32_t), Slot::Other);
+  o.targets = plan.reserve(padded * sizeof(int32_t), Slot::Other);
   // Block l's input for l < L (kept per layer in every mode), and the last block's output.
-  residual_offset_ = plan.reserve(local_c, Slot::Layers);
-  for (int l = 1; l < dims_.n_layer; ++l) plan.reserve(local_c, Slot::Layers);
+  o.residual = plan.reserve(local_c, Slot::Layers);
+  for (int l = 1; l < dims.n_layer; ++l) plan.reserve(local_c, Slot::Layers);
   plan.reserve(local_c, Slot::Other);
-  const size_t attn_bytes = padded * static_cast<size_t>(attn_width_) * w;
-  const size_t lse_bytes = static_cast<size_t>(max_batch_) * static_cast<size_t>(heads_) * dims_.seq_len * f32;
-  const bool full = recompute_ == ActivationRecompute::Full;
-  const bool selective = recompute_ == ActivationRecompute::Selective;
+  const size_t attn_bytes = padded * attn_width * w;
+  const size_t lse_bytes = static_cast<size_t>(max_batch) * heads * static_cast<size_t>(dims.seq_len) * f32;
+  const bool full = recompute == ActivationRecompute::Full;
+  const bool selective = recompute == ActivationRecompute::Selective;
   const Slot kind = full ? Slot::Shared : Slot::Layers;
-  const int saved_blocks = full ? 1 : dims_.n_layer;
+  const int saved_blocks = full ? 1 : dims.n_layer;
   for (int l = 0; l < saved_blocks; ++l) {
-    BlockOffsets o;
-    o.ln1 = plan.reserve(local_c, kind);
-    o.ln1_mean = plan.reserve(local * f32, kind);
-    o.ln1_rstd = plan.reserve(local * f32, kind);
-    o.qkv = plan.reserve(3 * attn_bytes, kind);
+    GptArenaLayout::Block b{};
+    b.ln1 = plan.reserve(local_c, kind);
+    b.ln1_mean = plan.reserve(local * f32, kind);
+    b.ln1_rstd = plan.reserve(local * f32, kind);
+    b.qkv = plan.reserve(3 * attn_bytes, kind);
     if (!selective) {
-      o.atty = plan.reserve(attn_bytes, kind);
-      o.lse = plan.reserve(lse_bytes, kind);
+      b.atty = plan.reserve(attn_bytes, kind);
+      b.lse = plan.reserve(lse_bytes, kind);
     }
-    o.x_mid = plan.reserve(local_c, kind);
-    o.ln2 = plan.reserve(local_c, kind);
-    o.ln2_mean = plan.reserve(local * f32, kind);
-    o.ln2_rstd = plan.reserve(local * f32, kind);
-    o.fch = plan.reserve(padded * static_cast<size_t>(mlp_width_) * w, kind);
-    o.fch_gelu = plan.reserve(padded * static_cast<size_t>(mlp_width_) * w, kind);
-    block_offsets_.push_back(o);
+    b.x_mid = plan.reserve(local_c, kind);
+    b.ln2 = plan.reserve(local_c, kind);
+    b.ln2_mean = plan.reserve(local * f32, kind);
+    b.ln2_rstd = plan.reserve(local * f32, kind);
+    b.fch = plan.reserve(padded * mlp_width * w, kind);
+    b.fch_gelu = plan.reserve(padded * mlp_width * w, kind);
+    o.blocks.push_back(b);
   }
   if (selective) {
-    shared_atty_offset_ = plan.reserve(attn_bytes, Slot::Shared);
-    shared_lse_offset_ = plan.reserve(lse_bytes, Slot::Shared);
+    o.shared_atty = plan.reserve(attn_bytes, Slot::Shared);
+    o.shared_lse = plan.reserve(lse_bytes, Slot::Shared);
   }
-  block_out_offset_ = plan.reserve(full_c, Slot::Other);
-  if (sp) gathered_offset_ = plan.reserve(full_c, Slot::Other);
-  lnf_offset_ = plan.reserve(local_c, Slot::Other);
-  lnf_mean_offset_ = plan.reserve(local * f32, Slot::Other);
-  lnf_rstd_offset_ = plan.reserve(local * f32, Slot::Other);
-  if (sp) lnf_full_offset_ = plan.reserve(full_c, Slot::Other);
-  logits_offset_ = plan.reserve(padded * static_cast<size_t>(vocab_rows_) * w, Slot::Other);
-  losses_offset_ = plan.reserve(padded * f32, Slot::Other);
-  if (tp_active()) {
-    row_max_offset_ = plan.reserve(padded * f32, Slot::Other);
-    loss_stats_offset_ = plan.reserve(2 * padded * f32, Slot::Other);
-    sample_row_offset_ = plan.reserve(static_cast<size_t>(dims_.padded_vocab) * w, Slot::Other);
+  o.block_out = plan.reserve(full_c, Slot::Other);
+  if (sp) o.gathered = plan.reserve(full_c, Slot::Other);
+  o.lnf = plan.reserve(local_c, Slot::Other);
+  o.lnf_mean = plan.reserve(local * f32, Slot::Other);
+  o.lnf_rstd = plan.reserve(local * f32, Slot::Other);
+  if (sp) o.lnf_full = plan.reserve(full_c, Slot::Other);
+  o.logits = plan.reserve(padded * vocab_rows * w, Slot::Other);
+  o.losses = plan.reserve(padded * f32, Slot::Other);
+  if (tp_size > 1) {
+    o.row_max = plan.reserve(padded * f32, Slot::Other);
+    o.loss_stats = plan.reserve(2 * padded * f32, Slot::Other);
+    o.sample_row = plan.reserve(static_cast<size_t>(dims.padded_vocab) * w, Slot::Other);
   }
-  dresidual_offset_ = plan.reserve(local_c, Slot::Other);
-  dnarrow_offset_ = plan.reserve(full_c, Slot::Other);
-  dwide_offset_ = plan.reserve(padded * static_cast<size_t>(mlp_width_) * w, Slot::Other);
-  if (sp) dfull_offset_ = plan.reserve(full_c, Slot::Other);
-  residual_stride_ = (local_c + 255) / 256 * 256;
+  o.dresidual = plan.reserve(local_c, Slot::Other);
+  o.dnarrow = plan.reserve(full_c, Slot::Other);
+  o.dwide = plan.reserve(padded * mlp_width * w, Slot::Other);
+  if (sp) o.dfull = plan.reserve(full_c, Slot::Other);
+  o.residual_stride = (local_c + 255) / 256 * 256;
 
-  activation_bytes_.layers = plan.bytes(Slot::Layers);
-  activation_bytes_.per_layer = activation_bytes_.layers / static_cast<size_t>(dims_.n_layer);
-  activation_bytes_.shared = plan.bytes(Slot::Shared);
-  activation_bytes_.other = plan.bytes(Slot::Other);
-  activation_bytes_.total = plan.size();
-  activations_ = backend_.allocate(plan.size());
+  ActivationBytes bytes;
+  bytes.layers = plan.bytes(Slot::Layers);
+  bytes.per_layer = bytes.layers / static_cast<size_t>(std::max(dims.n_layer, 1));
+  bytes.shared = plan.bytes(Slot::Shared);
+  bytes.other = plan.bytes(Slot::Other);
+  bytes.total = plan.size();
+  return bytes;
+}
+
+void Gpt::plan_arena() {
+  activation_bytes_ = gpt_activation_bytes(dims_, max_batch_, recompute_, dtype_, tp_size(), sequence_parallel(), &arena_);
+  activations_ = backend_.allocate(activation_bytes_.total);
 }
 
 Tensor Gpt::act(size_t offset, std::initializer_list<int64_t> dims, DType dtype) const {
@@ -123,7 +138,7 @@ Tensor Gpt::act(size_t offset, std::initializer_list<int64_t> dims, DType dtype)
 }
 
 Tensor Gpt::residual(int index, const Batch& b) const {
-  return act(residual_offset_ + static_cast<size_t>(index) * residual_stride_, {b.local, dims_.d_model});
+  return act(arena_.residual + static_cast<size_t>(index) * arena_.residual_stride, {b.local, dims_.d_model});
 }
 
 Tensor Gpt::sequences(const Tensor& t, int B, int T) { return Tensor(t.data, t.dtype, {B, T, t.dim(-1)}, t.device); }
@@ -136,10 +151,10 @@ Tensor Gpt::own_rows(size_t offset, const Batch& b) const {
 }
 
 // Under SP a row-parallel layer's sum is reduce-scattered onto this rank's block of block_out.
-Tensor Gpt::mlp_out(const Batch& b) const { return own_rows(block_out_offset_, b); }
+Tensor Gpt::mlp_out(const Batch& b) const { return own_rows(arena_.block_out, b); }
 
 Gpt::BlockActs Gpt::block_acts(int layer, const Batch& b) const {
-  const BlockOffsets& o = block_offsets_[recompute_ == ActivationRecompute::Full ? 0 : static_cast<size_t>(layer)];
+  const GptArenaLayout::Block& o = arena_.blocks[recompute_ == ActivationRecompute::Full ? 0 : static_cast<size_t>(layer)];
   const int64_t C = dims_.d_model;
   const bool selective = recompute_ == ActivationRecompute::Selective;
   BlockActs a;
@@ -147,8 +162,8 @@ Gpt::BlockActs Gpt::block_acts(int layer, const Batch& b) const {
   a.ln1_mean = act(o.ln1_mean, {b.local}, DType::F32);
   a.ln1_rstd = act(o.ln1_rstd, {b.local}, DType::F32);
   a.qkv = act(o.qkv, {b.padded, 3 * attn_width_});
-  a.atty = act(selective ? shared_atty_offset_ : o.atty, {b.padded, attn_width_});
-  a.lse = act(selective ? shared_lse_offset_ : o.lse, {b.B, heads_, b.T}, DType::F32);
+  a.atty = act(selective ? arena_.shared_atty : o.atty, {b.padded, attn_width_});
+  a.lse = act(selective ? arena_.shared_lse : o.lse, {b.B, heads_, b.T}, DType::F32);
   a.x_mid = act(o.x_mid, {b.local, C});
   a.ln2 = act(o.ln2, {b.local, C});
   a.ln2_mean = act(o.ln2_mean, {b.local}, DType::F32);

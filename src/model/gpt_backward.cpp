@@ -31,14 +31,14 @@ void Gpt::complete_layernorm_grads(int group, float* grads) {
 void Gpt::block_backward(const BlockParams& p, const BlockParams& g, const BlockActs& a, Tensor input, Tensor dres,
                          const Batch& b) {
   const bool sp = sequence_parallel();
-  const Tensor dnarrow_all = all_rows(dnarrow_offset_, b);
+  const Tensor dnarrow_all = all_rows(arena_.dnarrow, b);
   // Under SP the summed input gradient lands on this rank's rows of the same scratch.
-  const Tensor dnarrow = own_rows(dnarrow_offset_, b);
-  const Tensor dwide = act(dwide_offset_, {b.padded, mlp_width_});
-  const Tensor dqkv = act(dwide_offset_, {b.padded, 3 * attn_width_});  // dwide is free again by then
-  const Tensor datty = act(dnarrow_offset_, {b.padded, attn_width_});
-  const Tensor dout = sp ? all_rows(dfull_offset_, b) : dres;  // d(block output), all rows
-  const Tensor gathered = sp ? all_rows(gathered_offset_, b) : Tensor();
+  const Tensor dnarrow = own_rows(arena_.dnarrow, b);
+  const Tensor dwide = act(arena_.dwide, {b.padded, mlp_width_});
+  const Tensor dqkv = act(arena_.dwide, {b.padded, 3 * attn_width_});  // dwide is free again by then
+  const Tensor datty = act(arena_.dnarrow, {b.padded, attn_width_});
+  const Tensor dout = sp ? all_rows(arena_.dfull, b) : dres;  // d(block output), all rows
+  const Tensor gathered = sp ? all_rows(arena_.gathered, b) : Tensor();
   // MLP: dres is d(block output); the residual path passes it through unchanged.
   tp_->leave_backward(dres, dout);
   backend_.linear_backward_gelu(dwide, g.proj_w, g.proj_b, dout, a.fch_gelu, p.proj_w, a.fch);
@@ -67,10 +67,10 @@ void Gpt::block_backward(const BlockParams& p, const BlockParams& g, const Block
 Tensor Gpt::head_backward(const Batch& b, void* embeddings, float* dembeddings) {
   const int64_t C = dims_.d_model;
   const bool sp = sequence_parallel();
-  const Tensor dlogits = act(logits_offset_, {b.padded, vocab_rows_});
-  const Tensor lnf_all = sp ? all_rows(lnf_full_offset_, b) : act(lnf_offset_, {b.local, C});
-  const Tensor dlnf_all = all_rows(dnarrow_offset_, b);
-  const Tensor dlnf = own_rows(dnarrow_offset_, b);
+  const Tensor dlogits = act(arena_.logits, {b.padded, vocab_rows_});
+  const Tensor lnf_all = sp ? all_rows(arena_.lnf_full, b) : act(arena_.lnf, {b.local, C});
+  const Tensor dlnf_all = all_rows(arena_.dnarrow, b);
+  const Tensor dlnf = own_rows(arena_.dnarrow, b);
   // The head is column-parallel over the vocabulary: each rank's product is a partial sum.
   backend_.matmul(dlnf_all, dlogits, param_view(embeddings, specs_[0]), Tensor(), false, false, false);
   backend_.matmul(grad_view(dembeddings, specs_[0]), dlogits, lnf_all, Tensor(), /*trans_a=*/true, false,
@@ -98,11 +98,11 @@ void Gpt::backward(float dloss, bool complete_partial_grads) {
     if (grad_ready_) grad_ready_(group);
   };
   if (!dlogits_ready_) {
-    const Tensor logits = act(logits_offset_, {b.padded, vocab_rows_});
-    const Tensor targets = act(targets_offset_, {b.padded}, DType::I32);
+    const Tensor logits = act(arena_.logits, {b.padded, vocab_rows_});
+    const Tensor targets = act(arena_.targets, {b.padded}, DType::I32);
     if (tp_active()) {  // the loss's statistics are still those of the forward
-      backend_.vocab_parallel_cross_entropy(logits, Tensor(), targets, act(row_max_offset_, {b.padded}, DType::F32),
-                                            act(loss_stats_offset_, {2, b.padded}, DType::F32), vocab_start_,
+      backend_.vocab_parallel_cross_entropy(logits, Tensor(), targets, act(arena_.row_max, {b.padded}, DType::F32),
+                                            act(arena_.loss_stats, {2, b.padded}, DType::F32), vocab_start_,
                                             dims_.vocab_size, true, dloss);
     } else {
       backend_.softmax_cross_entropy(logits, Tensor(), targets, dims_.vocab_size, true, dloss);
@@ -112,7 +112,7 @@ void Gpt::backward(float dloss, bool complete_partial_grads) {
   // The embeddings stay acquired to the end: the tied head and the embedding both use wte.
   void* emb = store_->acquire_params(0, Pass::Backward);
   float* demb = store_->acquire_grads(0);
-  const Tensor dres = act(dresidual_offset_, {b.local, dims_.d_model});
+  const Tensor dres = act(arena_.dresidual, {b.local, dims_.d_model});
   const Tensor dlnf = head_backward(b, emb, demb);
   backend_.zero(dres);
   const size_t lnf_spec = specs_.size() - 2;
@@ -120,7 +120,7 @@ void Gpt::backward(float dloss, bool complete_partial_grads) {
   float* dfinal_ln = store_->acquire_grads(L + 1);
   backend_.layernorm_backward(dres, grad_view(dfinal_ln, specs_[lnf_spec]), grad_view(dfinal_ln, specs_[lnf_spec + 1]),
                               dlnf, residual(L, b), param_view(final_ln, specs_[lnf_spec]),
-                              act(lnf_mean_offset_, {b.local}, DType::F32), act(lnf_rstd_offset_, {b.local}, DType::F32));
+                              act(arena_.lnf_mean, {b.local}, DType::F32), act(arena_.lnf_rstd, {b.local}, DType::F32));
   group_done(L + 1, dfinal_ln);
   for (int l = L - 1; l >= 0; --l) {
     const BlockActs a = block_acts(l, b);
@@ -131,11 +131,11 @@ void Gpt::backward(float dloss, bool complete_partial_grads) {
     block_backward(p, g, a, residual(l, b), dres, b);
     group_done(l + 1, grads);
   }
-  const Tensor tokens = act(tokens_offset_, {b.B, b.T}, DType::I32);
+  const Tensor tokens = act(arena_.tokens, {b.B, b.T}, DType::I32);
   const Tensor dwte = grad_view(demb, specs_[0]), dwpe = grad_view(demb, specs_[1]);
   if (tp_active()) {
     // Every rank needs every token's gradient for its rows of the table (g's backward).
-    const Tensor dall = sequence_parallel() ? all_rows(dfull_offset_, b) : dres;
+    const Tensor dall = sequence_parallel() ? all_rows(arena_.dfull, b) : dres;
     tp_->leave_backward(dres, dall);
     backend_.embedding_backward_slice(dwte, dwpe, sequences(dall, b.B, b.T), tokens, vocab_start_);
   } else {

@@ -178,6 +178,34 @@ struct ActivationBytes {
   size_t per_layer = 0, layers = 0, shared = 0, other = 0, total = 0;
 };
 
+// Byte offsets of the activation arena's slots (planned in gpt_arena.cpp). Residual i is at
+// residual + i·residual_stride; blocks has one entry per layer (recompute none, selective) or one
+// shared entry (full). "padded rows" are the micro-batch's B·T token rows (rounded up to a multiple
+// of TP under sequence parallelism), "local rows" this rank's share of them under SP.
+struct GptArenaLayout {
+  struct Block {
+    size_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, x_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+  };
+  std::vector<Block> blocks;
+  size_t shared_atty = 0, shared_lse = 0;  // selective recompute: the recomputed attention core
+  size_t residual = 0, residual_stride = 0;
+  size_t tokens = 0, targets = 0;
+  size_t block_out = 0;  // (padded rows, C) a row-parallel layer's product
+  size_t gathered = 0;   // SP: (padded rows, C) a gathered layernorm output
+  size_t lnf = 0, lnf_mean = 0, lnf_rstd = 0;
+  size_t lnf_full = 0;   // SP: (padded rows, C) ln_f's output gathered
+  size_t logits = 0, losses = 0;
+  size_t row_max = 0, loss_stats = 0;  // TP: the vocab-parallel loss's statistics
+  size_t dresidual = 0, dnarrow = 0, dwide = 0;  // backward scratch
+  size_t dfull = 0;       // SP: (padded rows, C) a gathered output gradient
+  size_t sample_row = 0;  // TP: (padded_vocab) one row of logits gathered
+};
+
+// The activation arena a Gpt with these settings allocates, without allocating it (for memory
+// estimates before anything is allocated); `layout`, when given, receives its offsets.
+ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, ActivationRecompute recompute, DType dtype,
+                                     int tp_size, bool sequence_parallel, GptArenaLayout* layout = nullptr);
+
 class TensorParallel;
 
 class Gpt {
@@ -266,10 +294,6 @@ class Gpt {
   struct BlockParams {
     Tensor ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b, proj_w, proj_b;
   };
-  // Byte offsets of one block's activations inside the arena.
-  struct BlockOffsets {
-    size_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, x_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-  };
   // The current batch's shapes. rows = B·T token rows; padded: rows rounded up to a multiple of
   // TP under sequence parallelism (inference on an odd count; the pad rows are zero tokens whose
   // results are dropped), else rows; local: the residual stream's rows on this rank (padded / TP
@@ -349,21 +373,7 @@ class Gpt {
   // This rank's widths: attention (C / TP, n_head / TP heads), MLP (4C / TP), vocabulary slice.
   int64_t attn_width_ = 0, heads_ = 0, mlp_width_ = 0, vocab_rows_ = 0, vocab_start_ = 0;
 
-  // Arena layout (byte offsets), fixed for (max_batch, seq_len).
-  std::vector<BlockOffsets> block_offsets_;  // L entries (None, Selective) or 1 (Full)
-  size_t shared_atty_offset_ = 0, shared_lse_offset_ = 0;  // Selective
-  size_t residual_offset_ = 0;               // (L + 1) × (local rows, C)
-  size_t tokens_offset_ = 0, targets_offset_ = 0;
-  size_t block_out_offset_ = 0;              // (padded rows, C) a row-parallel layer's product
-  size_t gathered_offset_ = 0;               // SP: (padded rows, C) a gathered layernorm output
-  size_t lnf_offset_ = 0, lnf_mean_offset_ = 0, lnf_rstd_offset_ = 0;
-  size_t lnf_full_offset_ = 0;               // SP: (padded rows, C) ln_f's output gathered
-  size_t logits_offset_ = 0, losses_offset_ = 0;
-  size_t row_max_offset_ = 0, loss_stats_offset_ = 0;  // TP: the vocab-parallel loss's statistics
-  size_t dresidual_offset_ = 0, dnarrow_offset_ = 0, dwide_offset_ = 0;  // backward scratch
-  size_t dfull_offset_ = 0;                  // SP: (padded rows, C) a gathered output gradient
-  size_t sample_row_offset_ = 0;             // TP: (padded_vocab) one row of logits gathered
-  size_t residual_stride_ = 0;               // bytes between consecutive residual(i)
+  GptArenaLayout arena_;  // byte offsets of the activations, fixed for (max_batch, seq_len)
 
   // Forward, the per-token losses, optionally dlogits (weight dloss) in the same pass; returns
   // the mean loss.

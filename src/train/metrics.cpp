@@ -4,6 +4,8 @@
 #include <fmt/core.h>
 #include <sys/resource.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "core/core.h"
@@ -69,21 +71,27 @@ nlohmann::json step_record(const StepMetrics& m) {
   return r;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   file_.reset(std::fopen(path.c_str(), "a"));
-  if (!file_) throw UserError(fmt::format("logging.metrics_file: cannot open '{}' for writing", path));
+  if (!file_) {
+    throw UserError(fmt::format("logging.metrics_file: cannot open '{}' for writing: {}", path, std::strerror(errno)));
+  }
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
-  if (!file_) return;
+  if (!file_ || failed()) return;
   // Samples of a byte-level model are arbitrary bytes: invalid UTF-8 becomes U+FFFD rather
   // than an exception, so a record is always valid JSON.
   const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_.get());
-  std::fflush(file_.get());
+  errno = 0;
+  const bool written = std::fwrite(line.data(), 1, line.size(), file_.get()) == line.size();
+  if (written && std::fflush(file_.get()) == 0) return;
+  error_ = fmt::format("logging.metrics_file: writing '{}' failed: {}", path_,
+                       errno != 0 ? std::strerror(errno) : "short write");
+  log_error("{}", error_);
 }
 
 }  // namespace strata

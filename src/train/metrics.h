@@ -40,6 +40,9 @@ std::string format_duration(double seconds);  // "1h02m", "3m05s", "12.3s"
 size_t peak_host_memory_bytes();              // peak resident set size of this process
 
 // Appends one JSON object per line; flushed after every record so a killed run keeps its log.
+// A record that cannot be written (a full disk, /dev/full) is reported at once (the path and the
+// system's reason, as an error line) and marks the writer failed: later records are dropped and
+// the trainer stops the run (exit 2) once it has saved a checkpoint.
 class MetricsWriter {
  public:
   MetricsWriter() = default;
@@ -47,9 +50,13 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& path);
   void write(const nlohmann::json& record);
   bool enabled() const { return file_ != nullptr; }
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
 
  private:
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
+  std::string path_;
+  std::string error_;
 };
 
 }  // namespace strata

@@ -104,6 +104,11 @@ void Trainer::save(int64_t step) {
   context.rank = mpi_.world_rank();
   context.world_size = mpi_.world_size();
   context.barrier = [this] { mpi_.barrier(); };
+  context.sum_over_ranks = [this](uint64_t bytes) {
+    uint64_t total = 0;
+    for (int64_t b : gather_from_all_ranks(mpi_, {static_cast<int64_t>(bytes)})) total += static_cast<uint64_t>(b);
+    return total;
+  };
   state_.sample_rng = sample_rng_.state();
   state_.next_sequence = loader_->first_sequence_of(step);
   state_.data_order = data_order();
@@ -158,6 +163,11 @@ void Trainer::save_if_sound(int64_t step) {
 }
 
 int Trainer::stop_for_signal() {
+  if (metrics_failed_) {
+    log_info("stopping after step {}: the metrics file cannot be written (see the error above)", state_.step);
+    save_if_sound(state_.step);
+    return kExitUserError;
+  }
   const std::string who = stop_signal() != 0 ? fmt::format("signal {} received", stop_signal())
                                              : std::string("a stop signal reached another rank");
   if (abandoned_after_ > 0) {
@@ -170,11 +180,13 @@ int Trainer::stop_for_signal() {
   return 0;
 }
 
-// A signal may reach some ranks only (or one step apart): all stop after the same step.
+// A signal may reach some ranks only (or one step apart): all stop after the same step. A
+// metrics file that cannot be written (rank 0's) stops the run the same way.
 bool Trainer::agree_to_stop() {
-  float flag = stop_requested() ? 1.0f : 0.0f;
-  topology_.world().all_reduce(Tensor(&flag, DType::F32, {1}), ReduceOp::Max);
-  return flag > 0.0f;
+  float flags[2] = {stop_requested() ? 1.0f : 0.0f, metrics_.failed() ? 1.0f : 0.0f};
+  topology_.world().all_reduce(Tensor(flags, DType::F32, {2}), ReduceOp::Max);
+  if (flags[1] > 0.0f) metrics_failed_ = true;
+  return flags[0] > 0.0f || flags[1] > 0.0f;
 }
 
 int Trainer::run() {
@@ -190,6 +202,11 @@ int Trainer::run_loop() {
   const int64_t total = cfg_.train.iters;
   log_banner();
   report_memory();
+  // The memory record was the metrics file's first write: no use training without it.
+  if (agree_to_stop()) {
+    log_info("stopping before the first step: the metrics file cannot be written (see the error above)");
+    return kExitUserError;
+  }
   start_state();
   if (state_.step >= total) {
     log_info("nothing to do: the checkpoint is at step {} and train.iters is {}", state_.step, total);

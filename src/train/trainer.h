@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -62,12 +63,26 @@ struct RankSetup {
   MetricsWriter metrics;
 };
 
-// T built from args on every rank under agree_on_user_errors.
+// T built from args on every rank under agree_on_user_errors; running out of host memory while
+// building it is a user error too (the estimate of check_memory_fits missed, or could not know).
 template <typename T, typename... Args>
 std::unique_ptr<T> make_agreed(const MpiRuntime& mpi, const std::string& what, Args&&... args) {
   std::unique_ptr<T> made;
-  agree_on_user_errors(mpi, what, [&] { made = std::make_unique<T>(std::forward<Args>(args)...); });
+  agree_on_user_errors(mpi, what, [&] {
+    try {
+      made = std::make_unique<T>(std::forward<Args>(args)...);
+    } catch (const std::bad_alloc&) {
+      throw UserError(what + ": out of host memory; use a smaller model, micro-batch or seq_len, more ranks or a "
+                             "higher ZeRO stage");
+    }
+  });
   return made;
+}
+
+// Collective: check_memory_fits on every rank, agreed; true (for a member initializer).
+inline bool memory_checked(const MpiRuntime& mpi, const Config& cfg, const TrainingDevice& device) {
+  agree_on_user_errors(mpi, "checking memory", [&] { check_memory_fits(cfg, mpi, device); });
+  return true;
 }
 
 // A fault of the run that the trainer reports with a complete message and ends with exit 1,
@@ -89,6 +104,7 @@ class Trainer {
         train_data_(setup_->train_data),
         val_data_(setup_->val_data),
         metrics_(setup_->metrics),
+        memory_checked_(memory_checked(mpi, cfg_, device_)),
         engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_, topology_.dp(),
                                           topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
                                           engine_settings_from_config(cfg_), &topology_.tp())),
@@ -109,6 +125,9 @@ class Trainer {
  private:
   int run_loop();
   void start_state();
+  // checkpoint.resume auto: loads the newest sound checkpoint into the engine; false when there
+  // is none (a fresh start).
+  bool resume_newest_sound(std::string* path);
   void check_same_start(int64_t step);
   void check_same_data();
   nlohmann::json data_order() const;
@@ -149,6 +168,7 @@ class Trainer {
   const TokenDataset& train_data_;
   const std::optional<TokenDataset>& val_data_;
   MetricsWriter& metrics_;
+  bool memory_checked_;  // before the engine allocates
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<Engine> engine_owner_;
   Engine& engine_;
@@ -157,6 +177,7 @@ class Trainer {
   Rng sample_rng_;
   int64_t nonfinite_in_a_row_ = 0;
   int abandoned_after_ = 0;  // micro-batches done of a step abandoned for a stop signal
+  bool metrics_failed_ = false;  // the ranks agreed that rank 0's metrics file failed
   int64_t last_saved_step_ = -1;  // the newest checkpoint of this run (or the one it resumed from)
 };
 

@@ -15,25 +15,37 @@ namespace strata {
 // different files); the ranks agree that all of them succeeded and start from the same step
 // before the first collective.
 void Trainer::start_state() {
+  // Leftovers of a save that was killed (a full-size step_N.tmp on a full disk would fail every
+  // save of the next run too) go before anyone saves; rank 0 does it for the shared dir.
+  if (!cfg_.checkpoint.dir.empty()) {
+    agree_on_user_errors(mpi_, "cleaning the checkpoint dir", [&] {
+      if (mpi_.world_rank() == 0) remove_interrupted_saves(cfg_.checkpoint.dir);
+    });
+  }
   std::string resume_path;
   const std::string source_key = "checkpoint.resume";
   bool resumed = false;
-  agree_on_user_errors(mpi_, "resuming from a checkpoint", [&] {
-    const std::string& resume = cfg_.checkpoint.resume;
-    if (resume == "auto") {
-      if (!cfg_.checkpoint.dir.empty()) {
-        if (auto latest = find_latest_checkpoint(cfg_.checkpoint.dir)) resume_path = *latest;
-      }
-    } else if (resume != "none") {
-      resume_path = resume;
-    }
-    if (resume_path.empty()) return;
-    state_ = read_training_checkpoint(resume_path, source_key, engine_, mpi_.world_rank());
-    resumed = true;
-  });
-  check_same_start(resumed ? state_.step : -1);
-  if (resumed) {
+  const std::string& resume = cfg_.checkpoint.resume;
+  if (resume == "auto") {
+    resumed = resume_newest_sound(&resume_path);
+  } else if (resume != "none") {
+    // A named checkpoint is read as it is, or not at all.
+    agree_on_user_errors(mpi_, "resuming from a checkpoint", [&] {
+      state_ = read_training_checkpoint(resume, source_key, engine_, mpi_.world_rank());
+    });
+    check_same_start(state_.step);
     engine_.params_loaded();
+    const std::string bad = engine_.first_nonfinite_state();
+    if (!bad.empty()) {
+      throw UserError(fmt::format("{}: {}: {} holds a non-finite value; resume from another checkpoint",
+                                  source_key, resume, bad),
+                      RaisedOn::EveryRank);
+    }
+    resume_path = resume;
+    resumed = true;
+  }
+  if (!resumed) check_same_start(-1);
+  if (resumed) {
     schedule_.set_iteration(state_.scheduler_iteration);
     sample_rng_.restore(state_.sample_rng);
     log_info("resumed from {} at step {}", resume_path, state_.step);
@@ -57,6 +69,65 @@ void Trainer::start_state() {
     if (cfg_.checkpoint.save_initial && !cfg_.checkpoint.dir.empty()) save(0);
   }
   loader_->seek(state_.step, state_.next_sequence);
+}
+
+// checkpoint.resume: auto. The newest checkpoint that loads whole (manifest, sizes, checksums of
+// what every rank reads) and holds a finite state wins; a damaged newer one is skipped with a
+// loud warning (and a JSONL record), so that a requeued job goes on rather than failing for
+// ever. The ranks try the same candidates in the same order, agreeing on each.
+bool Trainer::resume_newest_sound(std::string* path) {
+  const std::string& dir = cfg_.checkpoint.dir;
+  if (dir.empty()) return false;
+  std::vector<std::string> candidates;
+  nlohmann::json skipped = nlohmann::json::array();
+  const auto skip = [&](const std::string& where, const std::string& why) {
+    skipped.push_back({{"path", where}, {"reason", why}});
+    if (mpi_.world_rank() == 0) log_warn("checkpoint.resume auto: skipping {}: {}", where, why);
+  };
+  int64_t below = INT64_MAX;
+  try {
+    if (auto latest = find_latest_checkpoint(dir)) {
+      candidates.push_back(*latest);
+      below = checkpoint_dir_step(*latest);
+    }
+  } catch (const UserError& e) {
+    skip(dir + "/latest", e.what());
+  }
+  for (const std::string& d : complete_checkpoints(dir)) {
+    if (checkpoint_dir_step(d) < below) candidates.push_back(d);
+  }
+  for (const std::string& candidate : candidates) {
+    check_same_start(checkpoint_dir_step(candidate));
+    try {
+      agree_on_user_errors(mpi_, "resuming from " + candidate, [&] {
+        state_ = read_training_checkpoint(candidate, "checkpoint.resume", engine_, mpi_.world_rank());
+      });
+      engine_.params_loaded();
+      const std::string bad = engine_.first_nonfinite_state();
+      if (!bad.empty()) throw UserError(bad + " holds a non-finite value", RaisedOn::EveryRank);
+    } catch (const UserError& e) {
+      skip(candidate, e.what());
+      continue;
+    }
+    if (skipped.size() > 0) {
+      if (mpi_.world_rank() == 0) {
+        log_warn("checkpoint.resume auto: resuming from {}, not the newest checkpoint ({} skipped, see above)",
+                 candidate, skipped.size());
+      }
+      metrics_.write({{"type", "resume_fallback"}, {"resumed_from", candidate}, {"skipped", skipped}});
+    }
+    *path = candidate;
+    return true;
+  }
+  if (!candidates.empty()) {
+    std::string reasons;
+    for (const auto& s : skipped) reasons += "\n  " + s["path"].get<std::string>() + ": " + s["reason"].get<std::string>();
+    throw UserError(fmt::format("checkpoint.resume auto: no checkpoint in {} loads whole and finite:{}\nrepair one "
+                                "and name it in checkpoint.resume, or set checkpoint.resume: none to start over",
+                                dir, reasons),
+                    RaisedOn::EveryRank);
+  }
+  return false;
 }
 
 // `step` is the checkpoint's step, or -1 for fresh weights. A UserError on every rank when the

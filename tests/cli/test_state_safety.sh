@@ -7,7 +7,8 @@
 # 2. a finite gradient that makes the parameters infinite (lr 3e38 with weight decay) is caught
 #    by the save's check: exit 1, nothing written;
 # 3. a manifest with one digit changed (its step, optimizer step count or loader position), a
-#    step unlike its dir's name, and a `latest` holding a NUL byte are refused with exit 2.
+#    step unlike its dir's name, and a `latest` holding a NUL byte are refused with exit 2 (with
+#    resume: auto, a run whose only checkpoint is refused stops too, rather than start over).
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 
@@ -88,7 +89,7 @@ run_expect 2 "$STRATA" train --config "$WORK/ok.yaml" --set train.iters=6
 expect_contains "$OUT" "says step 4 but its dir is step_00000005"
 mv "$WORK/ok/step_00000005" "$WORK/ok/step_00000004"
 printf 'step_0000\000junk\n' > "$WORK/ok/latest"
-run_expect 2 "$STRATA" train --config "$WORK/ok.yaml" --set train.iters=6
+run_expect 2 "$STRATA" train --config "$WORK/ok.yaml" --set train.iters=6 --set checkpoint.resume="$WORK/ok"
 expect_contains "$OUT" "holds 'step_0000\\x00junk', which is not the name of a step dir"
 printf 'step_00000004\n' > "$WORK/ok/latest"
 run_expect 0 "$STRATA" train --config "$WORK/ok.yaml" --set train.iters=6

@@ -54,10 +54,7 @@ write_small_config "$WORK/c.yaml" "$WORK/data" "train: {iters: 100000, seed: 3}"
   "checkpoint: {dir: \"$WORK/ckpt_c\"}" "logging: {metrics_file: \"$WORK/c.jsonl\"}"
 "$STRATA" train --config "$WORK/c.yaml" > "$WORK/c.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q '"type":"train"' "$WORK/c.jsonl" 2>/dev/null && break
-  sleep 0.05
-done
+wait_for_train_record "$WORK/c.jsonl"
 kill -TERM "$pid"
 set +e; wait "$pid"; rc=$?; set -e
 cat "$WORK/c.log" | tail -n 3

@@ -61,6 +61,15 @@ for s in sorted(last): print(s, last[s])
 ' "$1"
 }
 
+# wait_for_train_record METRICS: waits (up to 30 s) until the metrics file holds a train record.
+wait_for_train_record() {
+  for _ in $(seq 1 600); do
+    grep -q '"type":"train"' "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "no train record in $1"
+}
+
 # stop_one_rank LOG METRICS CMD...: runs CMD (an mpirun line) in the background with its output
 # in LOG, waits for the first train record in METRICS, sends SIGTERM to one rank only (the last
 # child of mpirun), waits for the job and leaves its exit code in $RC.
@@ -68,10 +77,7 @@ stop_one_rank() {
   local log="$1" metrics="$2"; shift 2
   "$@" > "$log" 2>&1 &
   local launcher=$!
-  for _ in $(seq 1 600); do
-    grep -q '"type":"train"' "$metrics" 2>/dev/null && break
-    sleep 0.05
-  done
+  wait_for_train_record "$metrics"
   local ranks
   ranks=$(pgrep -P "$launcher" || true)
   [ -n "$ranks" ] || fail "no rank processes under mpirun"

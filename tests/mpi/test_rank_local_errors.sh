@@ -66,13 +66,14 @@ mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.ite
   -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
 expect_contains "$OUT" "the ranks found different checkpoints: rank 0 would start from a checkpoint at step 4, rank 1 from fresh weights"
 
-# 5. A damaged checkpoint on rank 1's node only.
+# 5. A damaged checkpoint on rank 1's node only (resume: auto then finds no sound checkpoint).
 cp -r "$WORK/a/ckpt" "$WORK/b/ckpt"
 echo '{}' > "$WORK/b/ckpt/step_00000004/manifest.json"
 mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
   -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
-expect_contains "$OUT" "resuming from a checkpoint: failed on rank 1 of 2 only"
+expect_contains "$OUT" "resuming from ckpt/step_00000004: failed on rank 1 of 2 only"
 expect_contains "$OUT" "not a strata checkpoint manifest"
+expect_contains "$OUT" "no checkpoint in ckpt loads whole and finite"
 
 # 5b. A manifest on rank 1's node that parses but lacks the training state's step (written as a
 # format-1 manifest, which has no checksum seal: an edit to a sealed one is refused earlier).
@@ -86,7 +87,7 @@ PY
 rm -f "$WORK/b/ckpt/step_00000004/manifest.checksum"
 mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
   -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
-expect_contains "$OUT" "resuming from a checkpoint: failed on rank 1 of 2 only"
+expect_contains "$OUT" "resuming from ckpt/step_00000004: failed on rank 1 of 2 only"
 expect_contains "$OUT" "the manifest's training state is incomplete or malformed"
 
 # 6. Ranks on different kinds of device (a node whose GPUs are not visible would do this).

@@ -67,7 +67,7 @@ complete_checkpoint "$WORK/huge" 0
 # 2. Plain mpirun with a grace of 3 s, steps of about a second.
 config slow 40 "train: {iters: 100}"
 start slow "$MPIRUN" "${MPI_FLAGS[@]}" --mca odls_base_sigkill_timeout 3 -np 2 "$STRATA" train --config "$WORK/slow.yaml"
-wait_for "$WORK/slow.jsonl" '"type":"train"'
+wait_for_train_record "$WORK/slow.jsonl"
 finish INT
 tail -n 4 "$WORK/slow.log"
 [ "$RC" -ne 0 ] || echo "(mpirun exited 0)"
@@ -83,7 +83,7 @@ config sample 1 "train: {iters: 3}"
 sed -i 's|^logging: .*|logging: {metrics_file: "'"$WORK"'/sample.jsonl", sample_interval: 1, sample_tokens: 1000000000}|' \
   "$WORK/sample.yaml"
 start sample "$LAUNCH" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train --config "$WORK/sample.yaml"
-wait_for "$WORK/sample.jsonl" '"type":"train"'
+wait_for_train_record "$WORK/sample.jsonl"
 sleep 1
 finish TERM
 tail -n 3 "$WORK/sample.log"

@@ -1,0 +1,151 @@
+// What a checkpoint root keeps: pruning by keep_last, removal of the leftovers of interrupted
+// saves, and room for the next save on a full disk (pruning first what the save would prune
+// anyway, or saying how much is needed).
+#include "checkpoint/retention.h"
+
+#include <fmt/core.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/manifest.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace strata {
+namespace fs = std::filesystem;
+namespace ckpt {
+namespace {
+
+bool is_partial_save(const std::string& name) {
+  const std::string suffix = kTmpSuffix;
+  return name.size() > suffix.size() && name.compare(0, 5, "step_") == 0 &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> partial_saves(const std::string& root) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+    if (is_partial_save(entry.path().filename().string())) found.push_back(entry.path().string());
+  }
+  return found;
+}
+
+uint64_t tree_bytes(const std::string& path) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) total += it->file_size(size_ec);
+  }
+  return total;
+}
+
+std::string gigabytes(uint64_t bytes) {
+  return bytes >= (uint64_t{1} << 30) ? fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30))
+                                      : fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+void remove_paths(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (ec) log_warn("checkpoint: cannot delete {}: {}", path, ec.message());
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> dirs_pruned_after(const std::string& root, int64_t current_step, int keep_last) {
+  if (keep_last <= 0) return {};
+  std::vector<std::pair<int64_t, std::string>> complete;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = parse_step_dir_name(entry.path().filename().string());
+    if (step >= 0 && step != current_step && path_exists((entry.path() / kManifestFile).string())) {
+      complete.emplace_back(step, entry.path().string());
+    }
+  }
+  if (ec) log_warn("checkpoint: cannot list {}: {}", root, ec.message());
+  std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> doomed;
+  for (size_t i = static_cast<size_t>(keep_last - 1); i < complete.size(); ++i) doomed.push_back(complete[i].second);
+  return doomed;
+}
+
+void prune(const std::string& root, int64_t current_step, int keep_last) {
+  remove_paths(partial_saves(root));
+  remove_paths(dirs_pruned_after(root, current_step, keep_last));
+}
+
+void ensure_room(const std::string& root, int64_t step, int keep_last, uint64_t bytes) {
+  struct statvfs fs_info {};
+  if (::statvfs(root.c_str(), &fs_info) != 0) {
+    log_warn("checkpoint: cannot tell the free space of {} ({}); saving anyway", root, std::strerror(errno));
+    return;
+  }
+  // The manifest and the per-rank records come on top of the tensor files: a little slack.
+  const uint64_t needed = bytes + bytes / 50 + (uint64_t{256} << 10);
+  const uint64_t free_bytes = static_cast<uint64_t>(fs_info.f_bavail) * fs_info.f_frsize;
+  if (free_bytes >= needed) return;
+  std::vector<std::string> removable = partial_saves(root);
+  for (const std::string& dir : dirs_pruned_after(root, step, keep_last)) removable.push_back(dir);
+  uint64_t reclaimable = 0;
+  for (const std::string& path : removable) reclaimable += tree_bytes(path);
+  if (free_bytes + reclaimable < needed) {
+    throw UserError(fmt::format(
+        "checkpoint.dir {}: the checkpoint of step {} needs about {} but the file system has {} free{}; free up "
+        "space there, lower checkpoint.keep_last, or point checkpoint.dir at a larger file system",
+        root, step, gigabytes(needed), gigabytes(free_bytes),
+        reclaimable > 0 ? fmt::format(" ({} more after deleting what checkpoint.keep_last {} drops)",
+                                      gigabytes(reclaimable), keep_last)
+                        : std::string()));
+  }
+  log_warn("checkpoint: {} free in {} but the checkpoint of step {} needs about {}: deleting now what the save "
+           "would prune after it (checkpoint.keep_last {}): {} dir(s), {}",
+           gigabytes(free_bytes), root, step, gigabytes(needed), keep_last, removable.size(), gigabytes(reclaimable));
+  remove_paths(removable);
+}
+
+}  // namespace ckpt
+
+int64_t checkpoint_dir_step(const std::string& path) {
+  return ckpt::parse_step_dir_name(fs::path(path).filename().string());
+}
+
+std::vector<std::string> complete_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = ckpt::parse_step_dir_name(entry.path().filename().string());
+    if (step >= 0 && ckpt::path_exists((entry.path() / ckpt::kManifestFile).string())) {
+      found.emplace_back(step, entry.path().string());
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> dirs;
+  for (auto& f : found) dirs.push_back(std::move(f.second));
+  return dirs;
+}
+
+int remove_interrupted_saves(const std::string& root) {
+  if (!ckpt::is_directory(root)) return 0;
+  const std::vector<std::string> found = ckpt::partial_saves(root);
+  for (const std::string& path : found) {
+    log_info("checkpoint: removing {}, left by an interrupted save", path);
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (ec) throw UserError("checkpoint.dir: cannot remove " + path + " (left by an interrupted save): " + ec.message());
+  }
+  return static_cast<int>(found.size());
+}
+
+}  // namespace strata

@@ -1,0 +1,107 @@
+// Out of memory is a user error with a number: before anything is allocated, the bytes a rank
+// will hold (parameters, gradients, optimizer state, workspace: Engine::memory's terms; the
+// activation arena: the model's own plan) are estimated from the config and compared with what
+// the rank's device has (a GPU's free memory shared by the ranks on it; on the CPU the node's
+// available memory shared by its ranks). A config that cannot fit is refused with exit 2.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include "train/train_internal.h"
+
+namespace strata {
+namespace {
+
+std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+
+// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
+int64_t host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int64_t MemoryEstimate::total() const { return params + grads + optimizer + workspace + activations; }
+
+MemoryEstimate estimate_rank_memory(const Config& cfg) {
+  const GptDims dims = gpt_dims_from_config(cfg);
+  const int tp = cfg.derived.tp_size, dp = cfg.derived.dp_size;
+  const std::vector<ParamSpec> specs = gpt_param_specs(dims, {0, tp});
+  const int64_t n = specs.back().offset + specs.back().numel;  // this rank's slice
+  const int64_t padded = (n + dp - 1) / dp * dp, shard = padded / dp;
+  const EngineSettings settings = engine_settings_from_config(cfg);
+  const int64_t w = static_cast<int64_t>(dtype_size(settings.precision)), f = 4;
+  const bool mixed = settings.precision != DType::F32;
+  MemoryEstimate e;
+  switch (settings.zero_stage) {
+    case 0:
+      e.params = padded * w;
+      e.grads = padded * f;
+      e.optimizer = 2 * n * f + (mixed ? padded * f : 0);
+      break;
+    case 1:
+    case 2:
+      e.params = padded * w;
+      e.grads = settings.zero_stage == 1 ? padded * f : shard * f;
+      e.optimizer = 2 * shard * f + (mixed ? shard * f : 0);
+      e.workspace = (settings.zero_stage == 1 ? shard * f : padded * f + shard * f) + shard * (mixed ? w : f);
+      break;
+    default: {
+      // Stage 3 gathers one layer group at a time into two slots (and the embeddings into one).
+      const std::vector<LayerGroup> groups = gpt_layer_groups(specs);
+      int64_t widest = 0;
+      for (size_t g = 1; g < groups.size(); ++g) widest = std::max(widest, groups[g].numel());
+      e.params = shard * w;
+      e.grads = shard * f;
+      e.optimizer = 2 * shard * f + (mixed ? shard * f : 0);
+      e.workspace = shard * f + (groups[0].numel() + 2 * widest) * (w + f);
+      break;
+    }
+  }
+  const bool sp = cfg.parallelism.sequence_parallel && tp > 1;
+  const ActivationRecompute recompute = cfg.model.recompute == Recompute::Full        ? ActivationRecompute::Full
+                                        : cfg.model.recompute == Recompute::Selective ? ActivationRecompute::Selective
+                                                                                      : ActivationRecompute::None;
+  e.activations = static_cast<int64_t>(
+      gpt_activation_bytes(dims, cfg.derived.micro_batch, recompute, settings.precision, tp, sp).total);
+  return e;
+}
+
+void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device) {
+  const MemoryEstimate e = estimate_rank_memory(cfg);
+  int64_t available = 0;
+  std::string where;
+  if (device.backend->device() == Device::CUDA) {
+    const MemoryStats stats = device.backend->memory_stats();
+    const int gpus = std::max(1, cuda_device_count());
+    const int sharing = (mpi.local_size() + gpus - 1) / gpus;
+    available = static_cast<int64_t>(stats.device_total_bytes - stats.device_used_bytes) / sharing;
+    where = fmt::format("{} free on its GPU{}", gib(available * sharing),
+                        sharing > 1 ? fmt::format(", shared by {} ranks", sharing) : std::string());
+  } else {
+    const int64_t node = host_available_bytes();
+    if (node <= 0) return;  // not known: let the allocation decide
+    available = node / std::max(1, mpi.local_size());
+    where = fmt::format("{} available on {}{}", gib(node), mpi.hostname(),
+                        mpi.local_size() > 1 ? fmt::format(", shared by {} ranks", mpi.local_size()) : std::string());
+  }
+  if (available <= 0 || e.total() <= available) return;
+  throw UserError(fmt::format(
+      "the model does not fit: each rank needs about {} (parameters {}, gradients {}, optimizer state {}, workspace "
+      "{}, activations {}), but this rank has {} ({}). Use fewer or smaller layers (model.n_layer, model.d_model), a "
+      "smaller train_micro_batch_size_per_gpu or model.seq_len, model.recompute: full, a higher ZeRO stage, or more "
+      "ranks",
+      gib(e.total()), gib(e.params), gib(e.grads), gib(e.optimizer), gib(e.workspace), gib(e.activations),
+      gib(available), where));
+}
+
+}  // namespace strata
