@@ -1,0 +1,100 @@
+// Public header of src/parallel/pipeline: pipeline parallelism's pure parts — which layers
+// each model chunk holds, and the schedules as tables of actions per pipeline rank (GPipe, 1F1B,
+// interleaved 1F1B), with a simulator that runs a whole table set under blocking send/recv,
+// proving that it cannot deadlock and measuring its bubble and micro-batches in flight.
+// Nothing here computes or communicates: the engine's executor runs the tables.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// ---- layers per model chunk ----------------------------------------------------------------
+// The model is cut into stages × virtual model chunks; chunk k holds layers [begin, end). Pipeline
+// rank s holds chunks s, s + stages, …, s + (virtual − 1)·stages (Megatron's interleaving; with one
+// virtual stage, chunk s). The embeddings live with chunk 0, the final layernorm, LM head and loss
+// with the last chunk.
+struct ChunkLayers {
+  int begin = 0;
+  int end = 0;
+  int count() const { return end - begin; }
+};
+// Layers spread as evenly as possible, the remainder to the middle chunks.
+std::vector<ChunkLayers> uniform_partition(int n_layer, int chunks);
+// Contiguous layer counts that minimise the largest chunk's parameter count, where a block has
+// `block_params`, chunk 0 also `first_extra` (the embeddings) and the last chunk `last_extra`
+// (final layernorm and the tied head's copy of the token embedding); ties go to the uniform split.
+std::vector<ChunkLayers> parameter_partition(int n_layer, int chunks, int64_t block_params, int64_t first_extra,
+                                             int64_t last_extra);
+// An explicit list of layers per chunk; "" when it describes a partition of n_layer into
+// `chunks` chunks of at least one layer each, else why not.
+std::string explicit_partition_problem(const std::vector<int>& counts, int n_layer, int chunks);
+std::vector<ChunkLayers> explicit_partition(const std::vector<int>& counts);
+
+// ---- schedules -------------------------------------------------------------------------------
+enum class PipeSchedule { GPipe, OneFOneB, Interleaved };
+const char* pipe_schedule_name(PipeSchedule s);
+
+// A message between pipeline ranks: the activation a model chunk feeds the next one (consumer =
+// that next chunk), or the gradient it feeds the previous one (consumer = that previous chunk).
+struct PipeTransfer {
+  bool gradient = false;
+  int micro_batch = 0;
+  int consumer_chunk = 0;  // model chunk index of the receiving side
+  int peer = 0;            // pipeline rank on the other side
+  bool operator==(const PipeTransfer& o) const {
+    return gradient == o.gradient && micro_batch == o.micro_batch && consumer_chunk == o.consumer_chunk;
+  }
+};
+
+// One entry of a rank's table. Forward/Backward compute a micro-batch through one of the rank's
+// chunks (`chunk` its local index, `model_chunk` the global one). Communicate posts its sends and
+// receives together (one group: NCCL or MPI cannot deadlock on ranks that send at once) and
+// completes when all of them did: the outputs of the compute before it and the inputs of the
+// compute after it.
+struct PipeAction {
+  enum class Kind { Forward, Backward, Communicate };
+  Kind kind = Kind::Forward;
+  int micro_batch = 0;
+  int chunk = 0;
+  int model_chunk = 0;
+  std::vector<PipeTransfer> sends, recvs;
+};
+
+struct PipeShape {
+  PipeSchedule schedule = PipeSchedule::OneFOneB;
+  int stages = 1;          // pipeline ranks
+  int virtual_stages = 1;  // chunks per rank (interleaved only)
+  int micro_batches = 1;   // per optimizer step
+};
+// "" when the shape can be scheduled, else why not (interleaving needs ≥ 2 stages and a
+// micro-batch count that is a multiple of the stages; the others one chunk per rank).
+std::string pipe_shape_problem(const PipeShape& shape);
+// The table of pipeline rank `stage`: every forward and backward of its chunks for every
+// micro-batch, with the communication between them.
+std::vector<PipeAction> pipe_schedule(const PipeShape& shape, int stage);
+// Most micro-batch-chunks whose forward ran and backward did not, on `stage` (the activations it
+// keeps at once): p − s for 1F1B, m for GPipe, Megatron's warmup + 1 for interleaving.
+int pipe_in_flight_bound(const PipeShape& shape, int stage);
+
+// ---- simulation ------------------------------------------------------------------------------
+// Runs every rank's table with compute times forward_cost and backward_cost per chunk and
+// instantaneous transfers that complete only when both sides posted them (blocking send/recv).
+struct PipeSimulation {
+  bool completed = false;   // false: deadlock (every unfinished rank waits)
+  std::string problem;      // deadlock or ordering violation, when there is one
+  double makespan = 0.0;
+  std::vector<double> busy;          // per rank
+  std::vector<int> max_in_flight;    // per rank
+  double bubble_fraction() const;    // idle over makespan, averaged over ranks
+};
+PipeSimulation simulate_pipeline(const PipeShape& shape, double forward_cost = 1.0, double backward_cost = 2.0);
+// The same for given tables (one per rank), e.g. a deliberately broken one.
+PipeSimulation simulate_tables(const PipeShape& shape, const std::vector<std::vector<PipeAction>>& tables,
+                               double forward_cost = 1.0, double backward_cost = 2.0);
+// Theory: (p − 1)/(m + p − 1) for GPipe and 1F1B, and for interleaving with v chunks the bubble
+// time divided by v: (p − 1)/(v·m + p − 1).
+double pipe_bubble_theory(const PipeShape& shape);
+
+}  // namespace strata

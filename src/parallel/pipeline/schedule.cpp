@@ -1,0 +1,237 @@
+// Layer partitions and pipeline schedule tables. A table is built in two passes: the rank's
+// computes in steps (all forwards then all backwards for GPipe; warm-up forwards, forward-backward
+// pairs, cool-down backwards for 1F1B; the same over (micro-batch, chunk) pairs for the
+// interleaved schedule), then one communication group between every two steps holding the
+// outputs of the first and the inputs of the second (Megatron's batched send/recv), which is what
+// makes the tables free of deadlock under blocking transfers (simulate.cpp proves it for each
+// shape the tests try).
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "parallel/pipeline/pipeline.h"
+
+namespace strata {
+
+std::vector<ChunkLayers> uniform_partition(int n_layer, int chunks) {
+  std::vector<ChunkLayers> out;
+  if (chunks <= 0) return out;
+  const int base = n_layer / chunks, extra = n_layer % chunks;
+  const int first_extra = (chunks - extra) / 2;  // the remainder goes to the middle chunks
+  int begin = 0;
+  for (int k = 0; k < chunks; ++k) {
+    const int count = base + (k >= first_extra && k < first_extra + extra ? 1 : 0);
+    out.push_back({begin, begin + count});
+    begin += count;
+  }
+  return out;
+}
+
+std::vector<ChunkLayers> parameter_partition(int n_layer, int chunks, int64_t block_params, int64_t first_extra,
+                                             int64_t last_extra) {
+  const auto chunk_params = [&](int k, int layers) {
+    return int64_t{layers} * block_params + (k == 0 ? first_extra : 0) + (k == chunks - 1 ? last_extra : 0);
+  };
+  const auto largest = [&](const std::vector<ChunkLayers>& p) {
+    int64_t worst = 0;
+    for (size_t k = 0; k < p.size(); ++k) worst = std::max(worst, chunk_params(static_cast<int>(k), p[k].count()));
+    return worst;
+  };
+  // best[k][j]: the least possible largest chunk when chunks 0..k−1 hold the first j layers.
+  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> best(static_cast<size_t>(chunks + 1),
+                                         std::vector<int64_t>(static_cast<size_t>(n_layer + 1), kInf));
+  std::vector<std::vector<int>> cut(best.size(), std::vector<int>(static_cast<size_t>(n_layer + 1), 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= chunks; ++k) {
+    for (int j = k; j <= n_layer; ++j) {
+      for (int i = k - 1; i < j; ++i) {
+        if (best[k - 1][i] == kInf) continue;
+        const int64_t value = std::max(best[k - 1][i], chunk_params(k - 1, j - i));
+        if (value < best[k][j]) {
+          best[k][j] = value;
+          cut[k][j] = i;
+        }
+      }
+    }
+  }
+  const std::vector<ChunkLayers> uniform = uniform_partition(n_layer, chunks);
+  if (largest(uniform) <= best[chunks][n_layer]) return uniform;
+  std::vector<ChunkLayers> out(static_cast<size_t>(chunks));
+  for (int k = chunks, j = n_layer; k > 0; --k) {
+    const int i = cut[k][j];
+    out[static_cast<size_t>(k - 1)] = {i, j};
+    j = i;
+  }
+  return out;
+}
+
+std::string explicit_partition_problem(const std::vector<int>& counts, int n_layer, int chunks) {
+  if (static_cast<int>(counts.size()) != chunks) {
+    return "lists " + std::to_string(counts.size()) + " chunks, but the pipeline has " + std::to_string(chunks) +
+           " (pipeline_model_parallel_size × virtual_stages)";
+  }
+  for (int c : counts) {
+    if (c < 1) return "every chunk needs at least one layer, got " + std::to_string(c);
+  }
+  const int sum = std::accumulate(counts.begin(), counts.end(), 0);
+  if (sum != n_layer) {
+    return "sums to " + std::to_string(sum) + " layers, but model.n_layer is " + std::to_string(n_layer);
+  }
+  return "";
+}
+
+std::vector<ChunkLayers> explicit_partition(const std::vector<int>& counts) {
+  std::vector<ChunkLayers> out;
+  int begin = 0;
+  for (int c : counts) {
+    out.push_back({begin, begin + c});
+    begin += c;
+  }
+  return out;
+}
+
+const char* pipe_schedule_name(PipeSchedule s) {
+  switch (s) {
+    case PipeSchedule::GPipe: return "gpipe";
+    case PipeSchedule::OneFOneB: return "1f1b";
+    case PipeSchedule::Interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+std::string pipe_shape_problem(const PipeShape& s) {
+  if (s.stages < 1 || s.virtual_stages < 1 || s.micro_batches < 1) return "stages, chunks and micro-batches must be positive";
+  if (s.schedule != PipeSchedule::Interleaved && s.virtual_stages != 1) {
+    return std::string("the ") + pipe_schedule_name(s.schedule) + " schedule runs one chunk per stage (virtual_stages 1)";
+  }
+  if (s.schedule == PipeSchedule::Interleaved) {
+    if (s.stages < 2) return "the interleaved schedule needs at least 2 pipeline stages";
+    if (s.micro_batches % s.stages != 0) {
+      return "the interleaved schedule needs micro-batches per step (" + std::to_string(s.micro_batches) +
+             ") to be a multiple of the pipeline stages (" + std::to_string(s.stages) + ")";
+    }
+  }
+  return "";
+}
+
+namespace {
+
+struct Compute {
+  bool backward = false;
+  int micro_batch = 0;
+  int chunk = 0;  // local
+};
+
+// Megatron's interleaved order: virtual step k runs chunk (k mod p·v) / p (backward: counted
+// from the last chunk) of micro-batch (k / p·v)·p + k mod p.
+Compute interleaved_step(const PipeShape& s, int k, bool backward) {
+  const int p = s.stages, v = s.virtual_stages;
+  const int in_group = k % (p * v);
+  int chunk = in_group / p;
+  if (backward) chunk = v - 1 - chunk;
+  return {backward, (k / (p * v)) * p + k % p, chunk};
+}
+
+int warmup_count(const PipeShape& s, int stage) {
+  const int p = s.stages, v = s.virtual_stages, m = s.micro_batches;
+  switch (s.schedule) {
+    case PipeSchedule::GPipe: return m;
+    case PipeSchedule::OneFOneB: return std::min(p - stage - 1, m);
+    case PipeSchedule::Interleaved:
+      if (v == 1) return std::min(p - stage - 1, m);  // one chunk per rank: 1F1B
+      if (m == p) return m * v;  // as many micro-batches as stages: every forward first
+      return std::min((p - stage - 1) * 2 + (v - 1) * p, m * v);
+  }
+  return 0;
+}
+
+// The rank's computes in steps: warm-up forwards alone, then forward-backward pairs, then
+// cool-down backwards alone. Communication happens between steps, never inside one. With one
+// chunk per rank each compute is a step of its own (Megatron's 1F1B: the activation leaves as
+// soon as it is computed, and the next stage's backward does not wait for this one's); with
+// interleaved chunks the steady pairs stay whole (Megatron's interleaved schedule: one batched
+// send/recv per pair), or the tables deadlock under blocking transfers.
+std::vector<std::vector<Compute>> compute_steps(const PipeShape& s, int stage) {
+  const int total = s.micro_batches * s.virtual_stages;
+  const auto forward = [&](int k) {
+    return s.schedule == PipeSchedule::Interleaved ? interleaved_step(s, k, false) : Compute{false, k, 0};
+  };
+  const auto backward = [&](int k) {
+    return s.schedule == PipeSchedule::Interleaved ? interleaved_step(s, k, true) : Compute{true, k, 0};
+  };
+  const int warmup = warmup_count(s, stage);
+  std::vector<std::vector<Compute>> steps;
+  for (int k = 0; k < warmup; ++k) steps.push_back({forward(k)});
+  const bool pairs = s.schedule == PipeSchedule::Interleaved && s.virtual_stages > 1;
+  for (int i = 0; i < total - warmup; ++i) {
+    if (pairs) {
+      steps.push_back({forward(warmup + i), backward(i)});
+    } else {
+      steps.push_back({forward(warmup + i)});
+      steps.push_back({backward(i)});
+    }
+  }
+  for (int i = total - warmup; i < total; ++i) steps.push_back({backward(i)});
+  return steps;
+}
+
+}  // namespace
+
+std::vector<PipeAction> pipe_schedule(const PipeShape& s, int stage) {
+  const int p = s.stages, chunks = s.stages * s.virtual_stages;
+  const auto model_chunk = [&](int local) { return local * p + stage; };
+  const auto rank_of = [&](int k) { return k % p; };
+  // What a compute needs from another rank, and what it hands on.
+  const auto inputs = [&](const Compute& c, std::vector<PipeTransfer>& t) {
+    const int k = model_chunk(c.chunk);
+    if (!c.backward && k > 0) t.push_back({false, c.micro_batch, k, rank_of(k - 1)});
+    if (c.backward && k < chunks - 1) t.push_back({true, c.micro_batch, k, rank_of(k + 1)});
+  };
+  const auto outputs = [&](const Compute& c, std::vector<PipeTransfer>& t) {
+    const int k = model_chunk(c.chunk);
+    if (!c.backward && k < chunks - 1) t.push_back({false, c.micro_batch, k + 1, rank_of(k + 1)});
+    if (c.backward && k > 0) t.push_back({true, c.micro_batch, k - 1, rank_of(k - 1)});
+  };
+  std::vector<PipeAction> table;
+  PipeAction group;
+  group.kind = PipeAction::Kind::Communicate;
+  const auto flush = [&] {
+    if (group.sends.empty() && group.recvs.empty()) return;
+    table.push_back(group);
+    group.sends.clear();
+    group.recvs.clear();
+  };
+  for (const std::vector<Compute>& step : compute_steps(s, stage)) {
+    for (const Compute& c : step) inputs(c, group.recvs);
+    flush();
+    for (const Compute& c : step) {
+      PipeAction a;
+      a.kind = c.backward ? PipeAction::Kind::Backward : PipeAction::Kind::Forward;
+      a.micro_batch = c.micro_batch;
+      a.chunk = c.chunk;
+      a.model_chunk = model_chunk(c.chunk);
+      table.push_back(a);
+      outputs(c, group.sends);
+    }
+  }
+  flush();
+  return table;
+}
+
+int pipe_in_flight_bound(const PipeShape& s, int stage) {
+  switch (s.schedule) {
+    case PipeSchedule::GPipe: return s.micro_batches;
+    case PipeSchedule::OneFOneB: return std::min(s.stages - stage, s.micro_batches);
+    case PipeSchedule::Interleaved: return std::min(warmup_count(s, stage) + 1, s.micro_batches * s.virtual_stages);
+  }
+  return s.micro_batches;
+}
+
+double pipe_bubble_theory(const PipeShape& s) {
+  const double p = s.stages, m = s.micro_batches, v = s.virtual_stages;
+  return (p - 1) / (v * m + p - 1);
+}
+
+}  // namespace strata

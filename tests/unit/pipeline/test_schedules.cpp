@@ -1,0 +1,117 @@
+// Pipeline layer partitions and schedule tables: every table of GPipe, 1F1B and interleaved 1F1B
+// for p ∈ {2, 3, 4}, v ∈ {1, 2}, m ∈ {p, 2p, 4p} runs in the simulator under blocking transfers
+// without deadlock, each compute after its inputs, holds at most the schedule's bound of
+// micro-batches in flight, runs every forward and backward once, and its bubble equals theory.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "parallel/pipeline/pipeline.h"
+
+using namespace strata;
+
+TEST_CASE("uniform partition gives the remainder to the middle chunks") {
+  const auto p = uniform_partition(14, 4);  // 3, 4, 4, 3
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].count() == 3);
+  CHECK(p[1].count() == 4);
+  CHECK(p[2].count() == 4);
+  CHECK(p[3].count() == 3);
+  CHECK(p[3].end == 14);
+  const auto q = uniform_partition(13, 4);  // one extra layer: a middle chunk
+  CHECK((q[0].count() == 3 && q[3].count() == 3));
+  CHECK(q[1].count() + q[2].count() == 7);
+  for (size_t k = 1; k < q.size(); ++k) CHECK(q[k].begin == q[k - 1].end);
+}
+
+TEST_CASE("parameter partition moves layers away from the chunks holding the embeddings and head") {
+  // Blocks of 100 parameters; the embeddings and the head each weigh two blocks.
+  const auto p = parameter_partition(12, 4, 100, 200, 200);
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].count() == 2);
+  CHECK(p[3].count() == 2);
+  CHECK(p[1].count() + p[2].count() == 8);
+  CHECK(p[3].end == 12);
+  // Light extras change nothing: the uniform split is already optimal.
+  const auto q = parameter_partition(12, 4, 100, 10, 10);
+  CHECK(q[0].count() == 3);
+  CHECK(q[3].count() == 3);
+}
+
+TEST_CASE("an explicit partition must cover n_layer with one entry per chunk") {
+  CHECK(explicit_partition_problem({3, 4, 4, 3}, 14, 4).empty());
+  CHECK(explicit_partition_problem({3, 4, 4}, 14, 4).find("lists 3 chunks") != std::string::npos);
+  CHECK(explicit_partition_problem({3, 4, 4, 4}, 14, 4).find("sums to 15 layers") != std::string::npos);
+  CHECK(explicit_partition_problem({0, 5, 5, 4}, 14, 4).find("at least one layer") != std::string::npos);
+  const auto e = explicit_partition({3, 4, 4, 3});
+  CHECK((e[1].begin == 3 && e[1].end == 7 && e[3].end == 14));
+}
+
+TEST_CASE("shapes a schedule cannot run are named") {
+  CHECK(pipe_shape_problem({PipeSchedule::OneFOneB, 2, 2, 4}).find("one chunk per stage") != std::string::npos);
+  CHECK(pipe_shape_problem({PipeSchedule::Interleaved, 4, 2, 6}).find("multiple of the pipeline stages") !=
+        std::string::npos);
+  CHECK(pipe_shape_problem({PipeSchedule::Interleaved, 1, 2, 4}).find("at least 2") != std::string::npos);
+  CHECK(pipe_shape_problem({PipeSchedule::Interleaved, 4, 2, 8}).empty());
+}
+
+TEST_CASE("every schedule table runs without deadlock, within its in-flight bound, at the theoretical bubble") {
+  for (PipeSchedule kind : {PipeSchedule::GPipe, PipeSchedule::OneFOneB, PipeSchedule::Interleaved}) {
+    for (int p : {2, 3, 4}) {
+      for (int v : {1, 2}) {
+        if (v == 2 && kind != PipeSchedule::Interleaved) continue;
+        for (int m : {p, 2 * p, 4 * p}) {
+          const PipeShape shape{kind, p, v, m};
+          INFO(pipe_schedule_name(kind) << " p=" << p << " v=" << v << " m=" << m);
+          REQUIRE(pipe_shape_problem(shape).empty());
+          // Each rank runs every forward and backward of its chunks exactly once.
+          for (int s = 0; s < p; ++s) {
+            std::map<std::tuple<int, int, int>, int> runs;  // (backward, micro-batch, chunk)
+            for (const PipeAction& a : pipe_schedule(shape, s)) {
+              if (a.kind == PipeAction::Kind::Communicate) {
+                CHECK(!(a.sends.empty() && a.recvs.empty()));
+                continue;
+              }
+              CHECK(a.model_chunk == a.chunk * p + s);
+              ++runs[{a.kind == PipeAction::Kind::Backward, a.micro_batch, a.chunk}];
+            }
+            CHECK(runs.size() == static_cast<size_t>(2 * m * v));
+            for (const auto& entry : runs) CHECK(entry.second == 1);
+          }
+          const PipeSimulation sim = simulate_pipeline(shape, 1.0, 2.0);
+          INFO(sim.problem);
+          REQUIRE(sim.completed);
+          for (int s = 0; s < p; ++s) {
+            CHECK(sim.max_in_flight[static_cast<size_t>(s)] <= pipe_in_flight_bound(shape, s));
+          }
+          if (kind == PipeSchedule::OneFOneB) CHECK(sim.max_in_flight[0] == std::min(p, m));
+          if (kind == PipeSchedule::GPipe) CHECK(sim.max_in_flight[0] == m);
+          CHECK(sim.bubble_fraction() == Approx(pipe_bubble_theory(shape)).epsilon(1e-9));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the simulator catches a deadlock and a compute before its input") {
+  const PipeShape shape{PipeSchedule::OneFOneB, 2, 1, 2};
+  std::vector<std::vector<PipeAction>> tables = {pipe_schedule(shape, 0), pipe_schedule(shape, 1)};
+  REQUIRE(simulate_tables(shape, tables).completed);
+  // Rank 0 first waits for micro-batch 1's gradient, which needs its own activations first.
+  PipeAction wait;
+  wait.kind = PipeAction::Kind::Communicate;
+  wait.recvs.push_back({true, 1, 0, 1});
+  std::vector<std::vector<PipeAction>> stuck = tables;
+  stuck[0].insert(stuck[0].begin(), wait);
+  const PipeSimulation deadlock = simulate_tables(shape, stuck);
+  CHECK(!deadlock.completed);
+  CHECK(deadlock.problem.rfind("deadlock: rank", 0) == 0);
+  // The last stage computes a forward whose activation it has not received.
+  std::vector<std::vector<PipeAction>> eager = tables;
+  eager[1].erase(eager[1].begin());  // its first group: the receive of micro-batch 0
+  const PipeSimulation early = simulate_tables(shape, eager);
+  CHECK(!early.completed);
+  CHECK(early.problem.find("before its input") != std::string::npos);
+}
