@@ -25,8 +25,11 @@ Tensor row_block(const Tensor& t, int64_t first, int64_t count) {
 }  // namespace
 
 Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute, ParamStore* store,
-         DType dtype, TensorParallel* tp)
-    : dims_(dims), backend_(backend), max_batch_(max_batch), recompute_(recompute), dtype_(dtype), tp_(tp) {
+         DType dtype, TensorParallel* tp, GptChunk chunk, const std::vector<ParamSpec>* layout)
+    : dims_(dims), chunk_(chunk), backend_(backend), max_batch_(max_batch), recompute_(recompute), dtype_(dtype),
+      tp_(tp) {
+  if (chunk_.layer_end < 0) chunk_.layer_end = dims.n_layer;
+  if (!chunk_.head && local_layers() < 1) throw std::logic_error("Gpt: a chunk without the head needs a layer");
   if (max_batch <= 0) throw UserError("micro-batch size must be positive, got " + std::to_string(max_batch));
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16) {
     throw std::logic_error(std::string("Gpt: working dtype must be F32, BF16 or F16, got ") + dtype_name(dtype));
@@ -35,7 +38,7 @@ Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompu
     no_tp_ = std::make_unique<TensorParallel>(nullptr, false);
     tp_ = no_tp_.get();
   }
-  specs_ = gpt_param_specs(dims, {tp_->rank(), tp_->size()});
+  specs_ = gpt_param_specs(dims, {tp_->rank(), tp_->size()}, chunk_);
   const int t = tp_->size();
   attn_width_ = dims.d_model / t;
   heads_ = dims.n_head / t;
@@ -43,7 +46,17 @@ Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompu
   vocab_rows_ = dims.padded_vocab / t;
   vocab_start_ = tp_->rank() * vocab_rows_;
   for (size_t i = 0; i < specs_.size(); ++i) spec_index_.emplace(specs_[i].name, i);
-  groups_ = gpt_layer_groups(specs_);
+  if (layout) {
+    if (!store) throw std::logic_error("Gpt: a layout comes with the store that uses it");
+    std::unordered_map<std::string, int64_t> offsets;
+    for (const ParamSpec& spec : *layout) offsets.emplace(spec.name, spec.offset);
+    for (ParamSpec& spec : specs_) {
+      const auto it = offsets.find(spec.name);
+      if (it == offsets.end()) throw std::logic_error("Gpt: the layout lacks " + spec.name);
+      spec.offset = it->second;
+    }
+  }
+  groups_ = gpt_layer_groups(layout ? *layout : specs_, dims.n_layer + 2);
   if (store) {
     if (store->param_dtype() != dtype) {
       throw std::logic_error(std::string("Gpt: the parameter store holds ") + dtype_name(store->param_dtype()) +
@@ -115,7 +128,7 @@ Tensor Gpt::group_view(void* group_base, DType dtype, const ParamSpec& spec) con
 }
 
 Gpt::BlockParams Gpt::block_params(int layer, void* group_base, DType dtype) const {
-  const size_t first = kBlockFirstSpec + kBlockSpecs * static_cast<size_t>(layer);
+  const size_t first = block_first_spec(layer);
   auto get = [&](size_t k) { return group_view(group_base, dtype, specs_[first + k]); };
   BlockParams b;
   b.ln1_w = get(0);
@@ -153,9 +166,11 @@ void Gpt::load_tokens(const int32_t* tokens, const int32_t* targets, const Batch
       }
     }
   };
-  validate(tokens, "token");
-  backend_.copy(Tensor(const_cast<int32_t*>(tokens), DType::I32, {b.B, b.T}, Device::CPU),
-                act(arena_.tokens, {b.B, b.T}, DType::I32));
+  if (tokens) {
+    validate(tokens, "token");
+    backend_.copy(Tensor(const_cast<int32_t*>(tokens), DType::I32, {b.B, b.T}, Device::CPU),
+                  act(arena_.tokens, {b.B, b.T}, DType::I32));
+  }
   if (targets) {
     validate(targets, "target");
     const int32_t* ids = targets;
@@ -219,36 +234,46 @@ void Gpt::block_forward(const BlockParams& p, const BlockActs& a, Tensor input, 
 }
 
 void Gpt::run_forward(const Batch& b) {
-  const int L = dims_.n_layer;
-  const size_t lnf_spec = specs_.size() - 2;
-  void* emb = store_->acquire_params(0, Pass::Forward);
-  embed(b, emb);
+  const int L = dims_.n_layer, first = chunk_.layer_begin, n = local_layers();
+  void* emb = nullptr;
+  if (chunk_.embedding) {
+    emb = store_->acquire_params(0, Pass::Forward);
+    embed(b, emb);
+    if (!chunk_.head) store_->release_params(0, Pass::Forward);
+  }
   // Block l's output (x_mid + its MLP output, in mlp_out) is formed together with the
-  // layernorm that reads it next: block l + 1's ln_1, or ln_f after the last block.
+  // layernorm that reads it next: block l + 1's ln_1, or ln_f after the last block. A chunk's
+  // first block computes its ln_1 from the chunk's input.
   Tensor prev_x_mid;
-  for (int l = 0; l < L; ++l) {
+  for (int i = 0; i < n; ++i) {
+    const int l = first + i;
     void* block = store_->acquire_params(l + 1, Pass::Forward);
     const BlockParams p = block_params(l, block, dtype_);
     const BlockActs a = block_acts(l, b);
-    if (l > 0) {
-      backend_.residual_layernorm_forward(residual(l, b), a.ln1, a.ln1_mean, a.ln1_rstd, prev_x_mid, mlp_out(b),
+    if (i > 0) {
+      backend_.residual_layernorm_forward(residual(i, b), a.ln1, a.ln1_mean, a.ln1_rstd, prev_x_mid, mlp_out(b),
                                           p.ln1_w, p.ln1_b);
     }
-    block_forward(p, a, residual(l, b), /*ln1_done=*/l > 0, /*project=*/true, b);
+    block_forward(p, a, residual(i, b), /*ln1_done=*/i > 0, /*project=*/true, b);
     prev_x_mid = a.x_mid;
     store_->release_params(l + 1, Pass::Forward);
   }
+  if (!chunk_.head) {  // the chunk's output: the residual stream the next chunk starts from
+    backend_.add(residual(n, b), prev_x_mid, mlp_out(b));
+    return;
+  }
   void* final_ln = store_->acquire_params(L + 1, Pass::Forward);
   const Tensor lnf = act(arena_.lnf, {b.local, dims_.d_model});
-  const Tensor lnf_w = param_view(final_ln, specs_[lnf_spec]), lnf_b = param_view(final_ln, specs_[lnf_spec + 1]);
+  const Tensor lnf_w = param_view(final_ln, specs_[lnf_spec()]), lnf_b = param_view(final_ln, specs_[lnf_spec() + 1]);
   const Tensor lnf_mean = act(arena_.lnf_mean, {b.local}, DType::F32);
   const Tensor lnf_rstd = act(arena_.lnf_rstd, {b.local}, DType::F32);
-  if (L > 0) {
-    backend_.residual_layernorm_forward(residual(L, b), lnf, lnf_mean, lnf_rstd, prev_x_mid, mlp_out(b), lnf_w, lnf_b);
+  if (n > 0) {
+    backend_.residual_layernorm_forward(residual(n, b), lnf, lnf_mean, lnf_rstd, prev_x_mid, mlp_out(b), lnf_w, lnf_b);
   } else {
     backend_.layernorm_forward(lnf, lnf_mean, lnf_rstd, residual(0, b), lnf_w, lnf_b);
   }
   store_->release_params(L + 1, Pass::Forward);
+  if (!emb) emb = store_->acquire_params(0, Pass::Forward);  // the head's copy of wte
   // Tied head, column-parallel over the vocabulary: logits (rows, V_slice) = ln_f(x) · wte_sliceᵀ.
   const Tensor lnf_all = sequence_parallel() ? all_rows(arena_.lnf_full, b) : lnf;
   tp_->enter_forward(lnf, lnf_all);
@@ -282,21 +307,47 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
 }
 
 float Gpt::forward_for_backward(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
-  const float loss = forward_loss(tokens, targets, B, T, true, dloss);
-  dlogits_ready_ = true;
-  dlogits_weight_ = dloss;
-  return loss;
+  return forward_loss(tokens, targets, B, T, true, dloss);
 }
 
 float Gpt::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T, bool write_dlogits, float dloss) {
-  check_batch(B, T);
   if (!tokens || !targets) throw std::invalid_argument("Gpt::forward needs both tokens and targets");
+  return forward_chunk(tokens, targets, B, T, write_dlogits, dloss);
+}
+
+float Gpt::forward_chunk(const int32_t* tokens, const int32_t* targets, int B, int T, bool for_backward, float dloss) {
+  check_batch(B, T);
+  if (chunk_.embedding && !tokens) throw std::invalid_argument("Gpt::forward_chunk: the first chunk needs tokens");
+  if (chunk_.head && !targets) throw std::invalid_argument("Gpt::forward_chunk: the last chunk needs targets");
   backward_ready_ = dlogits_ready_ = false;
   const Batch b = batch_of(B, T);
-  load_tokens(tokens, targets, b);
+  load_tokens(chunk_.embedding ? tokens : nullptr, chunk_.head ? targets : nullptr, b);
   run_forward(b);
-  loss_forward(b, write_dlogits, dloss);
-  return mean_loss(b);
+  float loss = 0.0f;
+  if (chunk_.head) {
+    loss_forward(b, for_backward, dloss);
+    loss = mean_loss(b);
+  }
+  backward_ready_ = true;
+  last_batch_ = b;
+  if (for_backward && chunk_.head) {
+    dlogits_ready_ = true;
+    dlogits_weight_ = dloss;
+  }
+  return loss;
+}
+
+Tensor Gpt::chunk_input(int B, int T) const {
+  check_batch(B, T);
+  return residual(0, batch_of(B, T));
+}
+Tensor Gpt::chunk_output(int B, int T) const {
+  check_batch(B, T);
+  return residual(local_layers(), batch_of(B, T));
+}
+Tensor Gpt::chunk_output_grad(int B, int T) const {
+  check_batch(B, T);
+  return act(arena_.dresidual, {batch_of(B, T).local, dims_.d_model});
 }
 
 float Gpt::mean_loss(const Batch& b) {
@@ -304,14 +355,13 @@ float Gpt::mean_loss(const Batch& b) {
   backend_.copy(act(arena_.losses, {b.rows}, DType::F32), Tensor(host_losses_.data(), DType::F32, {b.rows}, Device::CPU));
   double sum = 0.0;
   for (float l : host_losses_) sum += l;
-  backward_ready_ = true;
-  last_batch_ = b;
   return static_cast<float>(sum / static_cast<double>(host_losses_.size()));
 }
 
 Tensor Gpt::forward_logits(const int32_t* tokens, int B, int T) {
   check_batch(B, T);
-  if (!tokens) throw std::invalid_argument("Gpt::forward_logits needs tokens");
+  if (!chunk_.head) throw std::logic_error("Gpt::forward_logits: this chunk has no head");
+  if (chunk_.embedding && !tokens) throw std::invalid_argument("Gpt::forward_logits needs tokens");
   backward_ready_ = dlogits_ready_ = false;
   const Batch b = batch_of(B, T);
   load_tokens(tokens, nullptr, b);

@@ -51,7 +51,9 @@ Gpt::Batch Gpt::batch_of(int B, int T) const {
 }
 
 ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, ActivationRecompute recompute, DType dtype,
-                                     int tp_size, bool sequence_parallel, GptArenaLayout* layout) {
+                                     int tp_size, bool sequence_parallel, GptArenaLayout* layout, GptChunk chunk) {
+  if (chunk.layer_end < 0) chunk.layer_end = dims.n_layer;
+  const int layers = chunk.layer_end - chunk.layer_begin;
   GptArenaLayout scratch_layout;
   GptArenaLayout& o = layout ? *layout : scratch_layout;
   o = GptArenaLayout();
@@ -70,14 +72,14 @@ ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, Activat
   o.targets = plan.reserve(padded * sizeof(int32_t), Slot::Other);
   // Block l's input for l < L (kept per layer in every mode), and the last block's output.
   o.residual = plan.reserve(local_c, Slot::Layers);
-  for (int l = 1; l < dims.n_layer; ++l) plan.reserve(local_c, Slot::Layers);
+  for (int l = 1; l < layers; ++l) plan.reserve(local_c, Slot::Layers);
   plan.reserve(local_c, Slot::Other);
   const size_t attn_bytes = padded * attn_width * w;
   const size_t lse_bytes = static_cast<size_t>(max_batch) * heads * static_cast<size_t>(dims.seq_len) * f32;
   const bool full = recompute == ActivationRecompute::Full;
   const bool selective = recompute == ActivationRecompute::Selective;
   const Slot kind = full ? Slot::Shared : Slot::Layers;
-  const int saved_blocks = full ? 1 : dims.n_layer;
+  const int saved_blocks = full ? std::min(layers, 1) : layers;
   for (int l = 0; l < saved_blocks; ++l) {
     GptArenaLayout::Block b{};
     b.ln1 = plan.reserve(local_c, kind);
@@ -102,13 +104,15 @@ ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, Activat
   }
   o.block_out = plan.reserve(full_c, Slot::Other);
   if (sp) o.gathered = plan.reserve(full_c, Slot::Other);
-  o.lnf = plan.reserve(local_c, Slot::Other);
-  o.lnf_mean = plan.reserve(local * f32, Slot::Other);
-  o.lnf_rstd = plan.reserve(local * f32, Slot::Other);
-  if (sp) o.lnf_full = plan.reserve(full_c, Slot::Other);
-  o.logits = plan.reserve(padded * vocab_rows * w, Slot::Other);
-  o.losses = plan.reserve(padded * f32, Slot::Other);
-  if (tp_size > 1) {
+  if (chunk.head) {
+    o.lnf = plan.reserve(local_c, Slot::Other);
+    o.lnf_mean = plan.reserve(local * f32, Slot::Other);
+    o.lnf_rstd = plan.reserve(local * f32, Slot::Other);
+    if (sp) o.lnf_full = plan.reserve(full_c, Slot::Other);
+    o.logits = plan.reserve(padded * vocab_rows * w, Slot::Other);
+    o.losses = plan.reserve(padded * f32, Slot::Other);
+  }
+  if (tp_size > 1 && chunk.head) {
     o.row_max = plan.reserve(padded * f32, Slot::Other);
     o.loss_stats = plan.reserve(2 * padded * f32, Slot::Other);
     o.sample_row = plan.reserve(static_cast<size_t>(dims.padded_vocab) * w, Slot::Other);
@@ -121,7 +125,7 @@ ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, Activat
 
   ActivationBytes bytes;
   bytes.layers = plan.bytes(Slot::Layers);
-  bytes.per_layer = bytes.layers / static_cast<size_t>(std::max(dims.n_layer, 1));
+  bytes.per_layer = bytes.layers / static_cast<size_t>(std::max(layers, 1));
   bytes.shared = plan.bytes(Slot::Shared);
   bytes.other = plan.bytes(Slot::Other);
   bytes.total = plan.size();
@@ -129,7 +133,8 @@ ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, Activat
 }
 
 void Gpt::plan_arena() {
-  activation_bytes_ = gpt_activation_bytes(dims_, max_batch_, recompute_, dtype_, tp_size(), sequence_parallel(), &arena_);
+  activation_bytes_ =
+      gpt_activation_bytes(dims_, max_batch_, recompute_, dtype_, tp_size(), sequence_parallel(), &arena_, chunk_);
   activations_ = backend_.allocate(activation_bytes_.total);
 }
 
@@ -154,7 +159,8 @@ Tensor Gpt::own_rows(size_t offset, const Batch& b) const {
 Tensor Gpt::mlp_out(const Batch& b) const { return own_rows(arena_.block_out, b); }
 
 Gpt::BlockActs Gpt::block_acts(int layer, const Batch& b) const {
-  const GptArenaLayout::Block& o = arena_.blocks[recompute_ == ActivationRecompute::Full ? 0 : static_cast<size_t>(layer)];
+  const size_t index = recompute_ == ActivationRecompute::Full ? 0 : static_cast<size_t>(layer - chunk_.layer_begin);
+  const GptArenaLayout::Block& o = arena_.blocks[index];
   const int64_t C = dims_.d_model;
   const bool selective = recompute_ == ActivationRecompute::Selective;
   BlockActs a;

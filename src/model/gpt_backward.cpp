@@ -20,10 +20,10 @@ void Gpt::complete_layernorm_grads(int group, float* grads) {
     tp_->all_reduce(Tensor(grads + (w.offset - g.begin), DType::F32, {numel}, backend_.device()), ReduceOp::Sum);
   };
   if (group == dims_.n_layer + 1) {
-    reduce(specs_.size() - 2);  // ln_f
+    reduce(lnf_spec());
     return;
   }
-  const size_t first = kBlockFirstSpec + kBlockSpecs * static_cast<size_t>(group - 1);
+  const size_t first = block_first_spec(group - 1);
   reduce(first + kLn1WeightSpec);
   reduce(first + kLn2WeightSpec);
 }
@@ -80,6 +80,11 @@ Tensor Gpt::head_backward(const Batch& b, void* embeddings, float* dembeddings) 
 }
 
 void Gpt::backward(float dloss, bool complete_partial_grads) {
+  if (!chunk_.embedding || !chunk_.head) throw std::logic_error("Gpt::backward: a model chunk runs backward_chunk");
+  backward_chunk(dloss, complete_partial_grads);
+}
+
+void Gpt::backward_chunk(float dloss, bool complete_partial_grads) {
   if (!backward_ready_) throw std::logic_error("Gpt::backward needs the immediately preceding forward()");
   if (dlogits_ready_ && dloss != dlogits_weight_) {
     throw std::logic_error("Gpt::backward: dloss differs from the one forward_for_backward used");
@@ -89,48 +94,58 @@ void Gpt::backward(float dloss, bool complete_partial_grads) {
     throw std::logic_error("Gpt::backward: under sequence parallelism B·T must be divisible by the TP size");
   }
   backward_ready_ = false;
-  const int L = dims_.n_layer;
+  const int L = dims_.n_layer, first = chunk_.layer_begin, n = local_layers();
   const bool complete = sequence_parallel() && complete_partial_grads;
-  auto group_done = [&](int group, float* grads) {
+  auto group_done = [&](int group, float* grads, bool params_held = true) {
     if (complete && group > 0) complete_layernorm_grads(group, grads);
-    store_->release_params(group, Pass::Backward);
+    if (params_held) store_->release_params(group, Pass::Backward);
     store_->release_grads(group);
     if (grad_ready_) grad_ready_(group);
   };
-  if (!dlogits_ready_) {
-    const Tensor logits = act(arena_.logits, {b.padded, vocab_rows_});
-    const Tensor targets = act(arena_.targets, {b.padded}, DType::I32);
-    if (tp_active()) {  // the loss's statistics are still those of the forward
-      backend_.vocab_parallel_cross_entropy(logits, Tensor(), targets, act(arena_.row_max, {b.padded}, DType::F32),
-                                            act(arena_.loss_stats, {2, b.padded}, DType::F32), vocab_start_,
-                                            dims_.vocab_size, true, dloss);
-    } else {
-      backend_.softmax_cross_entropy(logits, Tensor(), targets, dims_.vocab_size, true, dloss);
-    }
-  }
-  dlogits_ready_ = false;
-  // The embeddings stay acquired to the end: the tied head and the embedding both use wte.
-  void* emb = store_->acquire_params(0, Pass::Backward);
-  float* demb = store_->acquire_grads(0);
+  // d(residual stream): from the head, or received from the next chunk (chunk_output_grad).
   const Tensor dres = act(arena_.dresidual, {b.local, dims_.d_model});
-  const Tensor dlnf = head_backward(b, emb, demb);
-  backend_.zero(dres);
-  const size_t lnf_spec = specs_.size() - 2;
-  void* final_ln = store_->acquire_params(L + 1, Pass::Backward);
-  float* dfinal_ln = store_->acquire_grads(L + 1);
-  backend_.layernorm_backward(dres, grad_view(dfinal_ln, specs_[lnf_spec]), grad_view(dfinal_ln, specs_[lnf_spec + 1]),
-                              dlnf, residual(L, b), param_view(final_ln, specs_[lnf_spec]),
-                              act(arena_.lnf_mean, {b.local}, DType::F32), act(arena_.lnf_rstd, {b.local}, DType::F32));
-  group_done(L + 1, dfinal_ln);
-  for (int l = L - 1; l >= 0; --l) {
+  void* emb = nullptr;
+  float* demb = nullptr;
+  if (chunk_.head) {
+    if (!dlogits_ready_) {
+      const Tensor logits = act(arena_.logits, {b.padded, vocab_rows_});
+      const Tensor targets = act(arena_.targets, {b.padded}, DType::I32);
+      if (tp_active()) {  // the loss's statistics are still those of the forward
+        backend_.vocab_parallel_cross_entropy(logits, Tensor(), targets, act(arena_.row_max, {b.padded}, DType::F32),
+                                              act(arena_.loss_stats, {2, b.padded}, DType::F32), vocab_start_,
+                                              dims_.vocab_size, true, dloss);
+      } else {
+        backend_.softmax_cross_entropy(logits, Tensor(), targets, dims_.vocab_size, true, dloss);
+      }
+    }
+    dlogits_ready_ = false;
+    // The embeddings stay acquired to the end: the tied head and the embedding both use wte.
+    emb = store_->acquire_params(0, Pass::Backward);
+    demb = store_->acquire_grads(0);
+    const Tensor dlnf = head_backward(b, emb, demb);
+    if (!chunk_.embedding) group_done(0, demb);  // the tied copy's gradient is complete
+    backend_.zero(dres);
+    void* final_ln = store_->acquire_params(L + 1, Pass::Backward);
+    float* dfinal_ln = store_->acquire_grads(L + 1);
+    backend_.layernorm_backward(dres, grad_view(dfinal_ln, specs_[lnf_spec()]),
+                                grad_view(dfinal_ln, specs_[lnf_spec() + 1]), dlnf, residual(n, b),
+                                param_view(final_ln, specs_[lnf_spec()]), act(arena_.lnf_mean, {b.local}, DType::F32),
+                                act(arena_.lnf_rstd, {b.local}, DType::F32));
+    group_done(L + 1, dfinal_ln);
+  }
+  for (int i = n - 1; i >= 0; --i) {
+    const int l = first + i;
     const BlockActs a = block_acts(l, b);
     const BlockParams p = block_params(l, store_->acquire_params(l + 1, Pass::Backward), dtype_);
     float* grads = store_->acquire_grads(l + 1);
     const BlockParams g = block_params(l, grads, DType::F32);
-    if (recompute_ == ActivationRecompute::Full) block_forward(p, a, residual(l, b), false, false, b);
-    block_backward(p, g, a, residual(l, b), dres, b);
+    if (recompute_ == ActivationRecompute::Full) block_forward(p, a, residual(i, b), false, false, b);
+    block_backward(p, g, a, residual(i, b), dres, b);
     group_done(l + 1, grads);
   }
+  // A chunk after the first leaves d(its input) in dres, for the previous chunk.
+  if (!chunk_.embedding) return;
+  if (!chunk_.head) demb = store_->acquire_grads(0);  // the embedding's gradient reads no parameters
   const Tensor tokens = act(arena_.tokens, {b.B, b.T}, DType::I32);
   const Tensor dwte = grad_view(demb, specs_[0]), dwpe = grad_view(demb, specs_[1]);
   if (tp_active()) {
@@ -141,7 +156,7 @@ void Gpt::backward(float dloss, bool complete_partial_grads) {
   } else {
     backend_.embedding_backward(dwte, dwpe, sequences(dres, b.B, b.T), tokens);
   }
-  group_done(0, demb);
+  group_done(0, demb, /*params_held=*/emb != nullptr);
 }
 
 }  // namespace strata

@@ -52,6 +52,11 @@ struct ParamSpec {
   bool weight_decay = false;   // true for 2-D weights (matrices and embeddings)
   int64_t offset = 0;          // element offset in this rank's flat parameter/gradient buffer
   int64_t numel = 0;           // of this rank's tensor
+  // Pipeline parallelism: the last stage's copy of the embeddings (wte for the tied head; wpe
+  // so that the copy's group is laid out and partitioned like the first stage's). Its gradient
+  // is summed with the first stage's and both take the same step; it is neither saved nor
+  // counted twice in the gradient norm.
+  bool tied_copy = false;
   // Split over ranks (each holds another part), as opposed to replicated on each of them.
   bool tp_sharded() const { return tp_split_dim >= 0 && tp_size > 1; }
 };
@@ -63,7 +68,21 @@ struct ParamSpec {
 // wte on the vocabulary (the vocab-parallel embedding and tied head); layernorms and wpe are
 // replicated. With `tp`, the specs describe that rank's slices (shape, numel, offsets).
 // Throws UserError on dims that do not describe a valid model, or that `tp` cannot split.
-std::vector<ParamSpec> gpt_param_specs(const GptDims& dims, TpSlice tp = {});
+// A model chunk (pipeline parallelism): blocks [layer_begin, layer_end) (layer_end −1: to the
+// last), with the embeddings when `embedding` (the first chunk), the final layernorm and tied
+// head when `head` (the last chunk). The default is the whole model.
+struct GptChunk {
+  int layer_begin = 0;
+  int layer_end = -1;
+  bool embedding = true;
+  bool head = true;
+};
+// With `chunk`, only that chunk's parameters (a head without the embedding brings the
+// embeddings' tied copies, see ParamSpec::tied_copy), offsets packed from 0.
+std::vector<ParamSpec> gpt_param_specs(const GptDims& dims, TpSlice tp = {}, GptChunk chunk = {});
+// The parameters of several chunks held by one rank, as one flat layout ordered by layer group
+// (so that every group is one contiguous range, see gpt_layer_groups).
+std::vector<ParamSpec> gpt_rank_specs(const GptDims& dims, TpSlice tp, const std::vector<GptChunk>& chunks);
 // Σ numel over the (global) specs.
 int64_t gpt_param_count(const GptDims& dims);
 
@@ -108,14 +127,17 @@ void gpt_init_values(const GptDims& dims, const ParamSpec& spec, uint64_t seed, 
 // ---- layer groups and parameter storage ----------------------------------------------
 // The model reaches parameters one layer group at a time: group 0 is the embeddings (wte,
 // wpe), group 1 + l is block l, group n_layer + 1 is ln_f. Each is a contiguous element range
-// of the flat layout (ParamSpec::offset).
+// of the flat layout (ParamSpec::offset). A pipeline rank holds some groups only: the others
+// are empty ranges (begin == end) at their place in the layout.
 struct LayerGroup {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t numel() const { return end - begin; }
 };
 inline int param_group(const ParamSpec& spec) { return spec.layer + 1; }
-std::vector<LayerGroup> gpt_layer_groups(const std::vector<ParamSpec>& specs);
+// group_count: the entries returned (n_layer + 2 for every group of the model); 0: up to the
+// last group the specs hold.
+std::vector<LayerGroup> gpt_layer_groups(const std::vector<ParamSpec>& specs, int group_count = 0);
 
 enum class Pass { Forward, Backward };
 
@@ -203,8 +225,10 @@ struct GptArenaLayout {
 
 // The activation arena a Gpt with these settings allocates, without allocating it (for memory
 // estimates before anything is allocated); `layout`, when given, receives its offsets.
+// `chunk`: the arena of one model chunk (its layers; the head's buffers only with the head).
 ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, ActivationRecompute recompute, DType dtype,
-                                     int tp_size, bool sequence_parallel, GptArenaLayout* layout = nullptr);
+                                     int tp_size, bool sequence_parallel, GptArenaLayout* layout = nullptr,
+                                     GptChunk chunk = {});
 
 class TensorParallel;
 
@@ -220,8 +244,12 @@ class Gpt {
   // `tp` (optional, must outlive the model): this rank's tensor-parallel group; the model then
   // holds this rank's slices (gpt_param_specs(dims, {tp rank, tp size})): its heads of the
   // attention, its columns of the MLP, its rows of the vocabulary.
+  // `chunk` (pipeline parallelism): the model holds and runs that chunk only; `layout` (with an
+  // external store) the rank's flat layout the store uses (gpt_rank_specs), where the chunk's
+  // parameters take their offsets from.
   Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute,
-      ParamStore* store = nullptr, DType dtype = DType::F32, TensorParallel* tp = nullptr);
+      ParamStore* store = nullptr, DType dtype = DType::F32, TensorParallel* tp = nullptr, GptChunk chunk = {},
+      const std::vector<ParamSpec>* layout = nullptr);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -282,6 +310,21 @@ class Gpt {
   // in fp32 on the host, gathered from every TP rank's slice (all ranks of the group call it).
   std::vector<float> last_token_logits(const int32_t* tokens, int T);
 
+  // ---- pipeline chunks ----
+  const GptChunk& chunk() const { return chunk_; }
+  // Runs the chunk on a (B, T) micro-batch: from `tokens` through the embeddings (first chunk),
+  // else from chunk_input(); to the loss with `targets` (last chunk: returns the mean loss, and
+  // with for_backward the dlogits of weight dloss), else into chunk_output(). backward_chunk
+  // then runs the chunk's backward from the loss (last chunk) or from chunk_output_grad(),
+  // leaving the gradient of the chunk's input in chunk_input_grad() (not the first chunk).
+  float forward_chunk(const int32_t* tokens, const int32_t* targets, int B, int T, bool for_backward, float dloss);
+  void backward_chunk(float dloss, bool complete_partial_grads = true);
+  // (local rows, C) in dtype(): this rank's rows of the residual stream under SP, else B·T.
+  Tensor chunk_input(int B, int T) const;
+  Tensor chunk_output(int B, int T) const;
+  Tensor chunk_output_grad(int B, int T) const;
+  Tensor chunk_input_grad(int B, int T) const { return chunk_output_grad(B, T); }  // the same buffer, later
+
   size_t activation_bytes() const { return activation_bytes_.total; }
   const ActivationBytes& activation_breakdown() const { return activation_bytes_; }
 
@@ -303,8 +346,8 @@ class Gpt {
     int64_t rows = 0, padded = 0, local = 0;
   };
 
-  // Block parameters in gpt_param_specs order: spec index kBlockFirstSpec + kBlockSpecs·l + k.
-  static constexpr size_t kBlockFirstSpec = 2, kBlockSpecs = 12, kLn1WeightSpec = 0, kLn2WeightSpec = 6;
+  // Block parameters in gpt_param_specs order: spec index block_first_spec(l) + k.
+  static constexpr size_t kBlockSpecs = 12, kLn1WeightSpec = 0, kLn2WeightSpec = 6;
   // The first B·T rows of a (≥ B·T, cols) tensor, viewed as (B, T, cols) for the ops that need
   // the batch's sequence structure (embedding positions, causal attention).
   static Tensor sequences(const Tensor& t, int B, int T);
@@ -344,7 +387,8 @@ class Gpt {
   Tensor param_view(void* group_base, const ParamSpec& spec) const { return group_view(group_base, dtype_, spec); }
   Tensor grad_view(float* group_base, const ParamSpec& spec) const { return group_view(group_base, DType::F32, spec); }
   FlatParamStore& flat_store() const;
-  Tensor residual(int index, const Batch& batch) const;  // block `index`'s input; index L: last output
+  // Block (layer_begin + index)'s input; index local_layers(): the chunk's last output.
+  Tensor residual(int index, const Batch& batch) const;
   // The sum of the last row-parallel layer (block_forward's MLP output): this rank's rows.
   Tensor mlp_out(const Batch& batch) const;
   // A view into the activation arena; by default in the working dtype.
@@ -354,6 +398,13 @@ class Gpt {
   bool sequence_parallel() const;
 
   GptDims dims_;
+  GptChunk chunk_;  // layer_end resolved
+  int local_layers() const { return chunk_.layer_end - chunk_.layer_begin; }
+  // Index into specs_ of block `layer`'s first parameter, and of ln_f.weight.
+  size_t block_first_spec(int layer) const {
+    return (chunk_.embedding || chunk_.head ? 2 : 0) + kBlockSpecs * static_cast<size_t>(layer - chunk_.layer_begin);
+  }
+  size_t lnf_spec() const { return specs_.size() - 2; }
   Backend& backend_;
   int max_batch_;
   ActivationRecompute recompute_;

@@ -100,8 +100,13 @@ void flat_range_boxes(const std::vector<int64_t>& shape, size_t dim, int64_t beg
 
 int64_t ViewBox::numel() const { return product(shape); }
 
-std::vector<ParamSpec> gpt_param_specs(const GptDims& dims, TpSlice tp) {
+std::vector<ParamSpec> gpt_param_specs(const GptDims& dims, TpSlice tp, GptChunk chunk) {
   validate_dims(dims, tp);
+  if (chunk.layer_end < 0) chunk.layer_end = dims.n_layer;
+  if (chunk.layer_begin < 0 || chunk.layer_begin > chunk.layer_end || chunk.layer_end > dims.n_layer) {
+    throw std::logic_error("gpt_param_specs: chunk layers [" + std::to_string(chunk.layer_begin) + ", " +
+                           std::to_string(chunk.layer_end) + ") outside the model's " + std::to_string(dims.n_layer));
+  }
   const int64_t C = dims.d_model;
   std::vector<ParamSpec> specs;
   int64_t offset = 0;
@@ -129,9 +134,12 @@ std::vector<ParamSpec> gpt_param_specs(const GptDims& dims, TpSlice tp) {
     offset += spec.numel;
     specs.push_back(std::move(spec));
   };
-  add("wte.weight", {dims.padded_vocab, C}, -1, 0);
-  add("wpe.weight", {dims.seq_len, C}, -1);
-  for (int l = 0; l < dims.n_layer; ++l) {
+  if (chunk.embedding || chunk.head) {
+    add("wte.weight", {dims.padded_vocab, C}, -1, 0);
+    add("wpe.weight", {dims.seq_len, C}, -1);
+    if (!chunk.embedding) specs[0].tied_copy = specs[1].tied_copy = true;
+  }
+  for (int l = chunk.layer_begin; l < chunk.layer_end; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     add(p + "ln_1.weight", {C}, l);
     add(p + "ln_1.bias", {C}, l);
@@ -146,8 +154,27 @@ std::vector<ParamSpec> gpt_param_specs(const GptDims& dims, TpSlice tp) {
     add(p + "mlp.c_proj.weight", {4 * C, C}, l, 0);
     add(p + "mlp.c_proj.bias", {C}, l);
   }
-  add("ln_f.weight", {C}, dims.n_layer);
-  add("ln_f.bias", {C}, dims.n_layer);
+  if (chunk.head) {
+    add("ln_f.weight", {C}, dims.n_layer);
+    add("ln_f.bias", {C}, dims.n_layer);
+  }
+  return specs;
+}
+
+std::vector<ParamSpec> gpt_rank_specs(const GptDims& dims, TpSlice tp, const std::vector<GptChunk>& chunks) {
+  std::vector<ParamSpec> specs;
+  for (const GptChunk& chunk : chunks) {
+    for (ParamSpec& spec : gpt_param_specs(dims, tp, chunk)) specs.push_back(std::move(spec));
+  }
+  // By group (the embeddings' tied copy comes before the blocks of an earlier chunk), keeping
+  // the order inside each group.
+  std::stable_sort(specs.begin(), specs.end(),
+                   [](const ParamSpec& a, const ParamSpec& b) { return param_group(a) < param_group(b); });
+  int64_t offset = 0;
+  for (ParamSpec& spec : specs) {
+    spec.offset = offset;
+    offset += spec.numel;
+  }
   return specs;
 }
 

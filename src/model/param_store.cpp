@@ -37,18 +37,22 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-std::vector<LayerGroup> gpt_layer_groups(const std::vector<ParamSpec>& specs) {
+std::vector<LayerGroup> gpt_layer_groups(const std::vector<ParamSpec>& specs, int group_count) {
   std::vector<LayerGroup> groups;
+  int64_t end = 0;  // of the layout so far: where an empty group sits
   for (const ParamSpec& spec : specs) {
     const size_t g = static_cast<size_t>(param_group(spec));
-    if (g == groups.size()) {
-      groups.push_back({spec.offset, spec.offset + spec.numel});
-    } else if (g + 1 == groups.size() && groups.back().end == spec.offset) {
+    if (g + 1 == groups.size() && groups.back().end == spec.offset && groups.back().numel() > 0) {
       groups.back().end += spec.numel;
+    } else if (g >= groups.size() && spec.offset == end) {
+      while (groups.size() < g) groups.push_back({end, end});  // groups this layout does not hold
+      groups.push_back({spec.offset, spec.offset + spec.numel});
     } else {
       throw std::logic_error("gpt_layer_groups: parameter " + spec.name + " breaks the group order");
     }
+    end = spec.offset + spec.numel;
   }
+  while (static_cast<int>(groups.size()) < group_count) groups.push_back({end, end});
   return groups;
 }
 
