@@ -143,6 +143,16 @@ class Comm {
   // A send and a receive posted together (pipeline neighbours trading activations and
   // gradients); unlike separate send/recv calls this cannot deadlock under NCCL.
   virtual CommHandle exchange_async(Tensor send_data, int send_peer, Tensor recv_data, int recv_peer, int tag) = 0;
+  // Several sends and receives posted together and completed together (a pipeline stage's
+  // activations and gradients for both neighbours). The default posts each on its own, which
+  // cannot deadlock where sends do not block (MPI); NCCL posts them as one group. Messages
+  // between two ranks match in the order each side lists them (and by tag under MPI).
+  struct Message {
+    Tensor data;
+    int peer = 0;
+    int tag = 0;
+  };
+  virtual CommHandle p2p_group_async(const std::vector<Message>& sends, const std::vector<Message>& recvs);
   virtual void barrier() = 0;
 
   void all_reduce(Tensor data, ReduceOp op = ReduceOp::Sum) { all_reduce_async(data, op)->wait(); }

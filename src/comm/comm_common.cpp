@@ -12,6 +12,34 @@
 
 namespace strata {
 
+namespace {
+
+// Completes when every part does.
+class GroupRequest final : public CommRequest {
+ public:
+  explicit GroupRequest(std::vector<CommHandle> parts) : parts_(std::move(parts)) {}
+  void wait() override {
+    for (CommHandle& h : parts_) h->wait();
+  }
+  bool test() override {
+    bool all = true;
+    for (CommHandle& h : parts_) all = h->test() && all;
+    return all;
+  }
+
+ private:
+  std::vector<CommHandle> parts_;
+};
+
+}  // namespace
+
+CommHandle Comm::p2p_group_async(const std::vector<Message>& sends, const std::vector<Message>& recvs) {
+  std::vector<CommHandle> parts;
+  for (const Message& m : recvs) parts.push_back(recv_async(m.data, m.peer, m.tag));
+  for (const Message& m : sends) parts.push_back(send_async(m.data, m.peer, m.tag));
+  return std::make_unique<GroupRequest>(std::move(parts));
+}
+
 const char* comm_backend_name(CommBackendKind kind) { return kind == CommBackendKind::Nccl ? "nccl" : "mpi"; }
 
 bool nccl_built() {

@@ -207,6 +207,28 @@ class NcclComm final : public Comm {
     return handle("exchange", send_data.bytes() + recv_data.bytes());
   }
 
+  CommHandle p2p_group_async(const std::vector<Message>& sends, const std::vector<Message>& recvs) override {
+    size_t bytes = 0;
+    for (const Message& m : sends) {
+      check_tensor(name(), "send", m.data, Device::CUDA);
+      check_peer(name(), "send", m.peer, size_, rank_, false);
+      bytes += m.data.bytes();
+    }
+    for (const Message& m : recvs) {
+      check_tensor(name(), "recv", m.data, Device::CUDA);
+      check_peer(name(), "recv", m.peer, size_, rank_, false);
+      bytes += m.data.bytes();
+    }
+    for (const Message& m : sends) record("send", static_cast<int64_t>(m.data.bytes()));
+    for (const Message& m : recvs) record("recv", static_cast<int64_t>(m.data.bytes()));
+    after_producer();
+    NCCL_CHECK(ncclGroupStart());
+    for (const Message& m : sends) NCCL_CHECK(ncclSend(m.data.data, m.data.bytes(), ncclUint8, m.peer, nccl_, stream_));
+    for (const Message& m : recvs) NCCL_CHECK(ncclRecv(m.data.data, m.data.bytes(), ncclUint8, m.peer, nccl_, stream_));
+    NCCL_CHECK(ncclGroupEnd());
+    return handle("p2p group", bytes);
+  }
+
   void barrier() override {
     record("barrier", 0);
     after_producer();

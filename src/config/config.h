@@ -16,7 +16,7 @@ enum class WarmupType { Log, Linear };
 enum class OffloadDevice { None, Cpu, Nvme };
 enum class Recompute { None, Selective, Full };
 enum class PipelineSchedule { OneFOneB, GPipe, Interleaved };
-enum class PipelinePartition { Uniform, Parameters };
+enum class PipelinePartition { Uniform, Parameters, Explicit };
 enum class DeviceKind { Auto, Cpu, Cuda };
 enum class CommBackend { Auto, Nccl, Mpi };
 
@@ -184,8 +184,11 @@ struct PipelineConfig {
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   /// Model chunks per pipeline rank (interleaved schedule).
   int virtual_stages = 1;
-  /// How layers are assigned to stages: uniform (equal layer counts) or parameters.
+  /// How layers are assigned to stages: uniform (equal layer counts, the remainder to the middle
+  /// stages), parameters (balanced parameter counts), or a list of layers per stage (per model
+  /// chunk with virtual stages) that sums to model.n_layer, e.g. [3, 4, 4, 3].
   PipelinePartition partition = PipelinePartition::Uniform;
+  std::vector<int> partition_layers;  // the list, when partition is Explicit
 };
 
 // `parallelism`: the TP × PP part of the rank grid; DP is world / (TP × PP).

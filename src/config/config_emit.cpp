@@ -171,7 +171,13 @@ void write_strata_sections(const Config& c, YamlWriter& w) {
   w.open("pipeline");
   w.key("schedule", to_string(p.pipeline.schedule));
   w.key("virtual_stages", number(p.pipeline.virtual_stages));
-  w.key("partition", to_string(p.pipeline.partition));
+  if (p.pipeline.partition == PipelinePartition::Explicit) {
+    std::string list;
+    for (int n : p.pipeline.partition_layers) list += (list.empty() ? "" : ", ") + number(n);
+    w.key("partition", "[" + list + "]");
+  } else {
+    w.key("partition", to_string(p.pipeline.partition));
+  }
   w.close();
   w.close();
 

@@ -70,6 +70,8 @@ class MapReader {
   void read(const std::string& key, std::optional<int>& out);
   void read(const std::string& key, std::optional<int64_t>& out);
   void read(const std::string& key, std::array<double, 2>& out);
+  void read(const std::string& key, std::vector<int>& out);  // a list of whole numbers
+  bool is_sequence(const std::string& key);
   // An element count written as 5e8 or 500000000: any number with a whole value.
   void read_count(const std::string& key, int64_t& out);
   void read_count(const std::string& key, std::optional<int64_t>& out);  // null or absent: unset

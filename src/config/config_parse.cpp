@@ -23,7 +23,8 @@ const EnumNames<PipelineSchedule> kPipelineSchedules = {{"1f1b", PipelineSchedul
                                                         {"gpipe", PipelineSchedule::GPipe},
                                                         {"interleaved", PipelineSchedule::Interleaved}};
 const EnumNames<PipelinePartition> kPipelinePartitions = {{"uniform", PipelinePartition::Uniform},
-                                                          {"parameters", PipelinePartition::Parameters}};
+                                                          {"parameters", PipelinePartition::Parameters},
+                                                          {"explicit", PipelinePartition::Explicit}};
 const EnumNames<DeviceKind> kDeviceKinds = {
     {"auto", DeviceKind::Auto}, {"cpu", DeviceKind::Cpu}, {"cuda", DeviceKind::Cuda}};
 const EnumNames<CommBackend> kCommBackends = {
@@ -181,7 +182,12 @@ void parse_parallelism(MapReader in, ParallelismConfig& out) {
   MapReader pipeline = in.section("pipeline");
   pipeline.read_enum("schedule", out.pipeline.schedule, kPipelineSchedules);
   pipeline.read("virtual_stages", out.pipeline.virtual_stages);
-  pipeline.read_enum("partition", out.pipeline.partition, kPipelinePartitions);
+  if (pipeline.is_sequence("partition")) {
+    pipeline.read("partition", out.pipeline.partition_layers);
+    out.pipeline.partition = PipelinePartition::Explicit;
+  } else {
+    pipeline.read_enum("partition", out.pipeline.partition, kPipelinePartitions);
+  }
   pipeline.finish();
   in.finish();
 }

@@ -305,6 +305,31 @@ void MapReader::read(const std::string& key, std::array<double, 2>& out) {
   out = v;
 }
 
+bool MapReader::is_sequence(const std::string& key) {
+  const YAML::Node* node = find(key);
+  return node != nullptr && node->IsSequence();
+}
+
+void MapReader::read(const std::string& key, std::vector<int>& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return;
+  if (!node->IsSequence()) {
+    log_->add(key_path(key), fmt::format("expected a list of whole numbers, got {}", describe(*node)));
+    return;
+  }
+  std::vector<int> v;
+  for (size_t i = 0; i < node->size(); ++i) {
+    const YAML::Node item = (*node)[i];
+    double d = 0;
+    if (!item.IsScalar() || !parse_double(item.Scalar(), d) || std::floor(d) != d || std::fabs(d) > 1e9) {
+      log_->add(key_path(key), fmt::format("expected a list of whole numbers, got {} as item {}", describe(item), i));
+      return;
+    }
+    v.push_back(static_cast<int>(d));
+  }
+  out = v;
+}
+
 void MapReader::read_count(const std::string& key, int64_t& out) {
   const YAML::Node* node = scalar(key, "a number");
   if (node == nullptr) return;

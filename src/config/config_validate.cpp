@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "config/config_internal.h"
+#include "parallel/pipeline/pipeline.h"
 
 namespace strata {
 namespace config_detail {
@@ -172,6 +173,47 @@ void check_sequence_parallel(const Config& c, int dp_size, Problems& p) {
                       sizes.micro, c.model.seq_len, rows, tp));
 }
 
+// The pipeline's shape: chunks (stages × virtual stages) each with a layer, an explicit list
+// that partitions the model, interleaving with its chunk count and micro-batches.
+void check_pipeline(const Config& c, int dp_size, Problems& p) {
+  const ParallelismConfig& par = c.parallelism;
+  const PipelineConfig& pl = par.pipeline;
+  const int pp = par.pipeline_model_parallel_size;
+  const int v = pl.virtual_stages;
+  if (pp < 1 || v < 1) return;  // reported by check_parallelism
+  const bool interleaved = pl.schedule == PipelineSchedule::Interleaved;
+  if (v > 1 && !interleaved)
+    p.add("parallelism.pipeline.virtual_stages",
+          fmt::format("{} model chunks per stage need schedule: interleaved (the schedule is {})", v,
+                      to_string(pl.schedule)));
+  if (interleaved && v < 2)
+    p.add("parallelism.pipeline.schedule",
+          "interleaved needs parallelism.pipeline.virtual_stages of 2 or more (with 1 it is 1f1b)");
+  if (interleaved && pp < 2)
+    p.add("parallelism.pipeline.schedule",
+          "interleaved needs parallelism.pipeline_model_parallel_size of 2 or more");
+  const int chunks = pp * (interleaved ? v : 1);
+  const ModelConfig m = expand_preset(c.model);
+  if (m.n_layer && *m.n_layer >= 1 && *m.n_layer < chunks && chunks > pp)
+    p.add("parallelism.pipeline.virtual_stages",
+          fmt::format("pipeline_model_parallel_size {} × virtual_stages {} = {} model chunks need at least as many "
+                      "layers, but model.n_layer = {}",
+                      pp, v, chunks, *m.n_layer));
+  if (pl.partition == PipelinePartition::Explicit && m.n_layer) {
+    const std::string problem = explicit_partition_problem(pl.partition_layers, *m.n_layer, chunks);
+    if (!problem.empty()) p.add("parallelism.pipeline.partition", problem);
+  }
+  if (interleaved && pp >= 2 && dp_size >= 1) {
+    BatchSizes sizes;
+    if (derive_batch_sizes(c, dp_size, sizes)) return;  // reported by check_batch
+    if (sizes.accum % pp != 0)
+      p.add("gradient_accumulation_steps",
+            fmt::format("{} micro-batches per step: the interleaved schedule needs a multiple of "
+                        "pipeline_model_parallel_size {}",
+                        sizes.accum, pp));
+  }
+}
+
 void check_batch(const Config& c, int dp_size, Problems& p) {
   bool usable = true;
   const std::pair<const char*, std::optional<int>> keys[] = {
@@ -241,17 +283,6 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
   if (z.offload_param.device != OffloadDevice::None)
     p.add("zero_optimization.offload_param.device",
           fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_param.device)));
-  const ParallelismConfig& par = c.parallelism;
-  if (par.pipeline_model_parallel_size > 1)
-    p.add("parallelism.pipeline_model_parallel_size", "pipeline parallelism (size > 1) is not supported yet");
-  if (par.pipeline.schedule != PipelineSchedule::OneFOneB)
-    p.add("parallelism.pipeline.schedule",
-          fmt::format("the {} schedule is not supported yet", to_string(par.pipeline.schedule)));
-  if (par.pipeline.virtual_stages > 1)
-    p.add("parallelism.pipeline.virtual_stages", "virtual pipeline stages are not supported yet; use 1");
-  if (par.pipeline.partition != PipelinePartition::Uniform)
-    p.add("parallelism.pipeline.partition",
-          fmt::format("the {} partition is not supported yet; use uniform", to_string(par.pipeline.partition)));
   const ActivationCheckpointingConfig& a = c.activation_checkpointing;
   const std::pair<const char*, bool> switches[] = {
       {"partition_activations", a.partition_activations},
@@ -333,6 +364,7 @@ std::vector<ConfigError> check_config(const Config& c, int world_size) {
   const int dp_size = check_parallelism(c, world_size, grid);
   check_batch(c, dp_size, p);
   check_sequence_parallel(c, dp_size, p);
+  check_pipeline(c, dp_size, p);
   check_optimizer(c.optimizer, p);
   check_scheduler(c.scheduler, p);
   check_precision(c, p);

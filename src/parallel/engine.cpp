@@ -3,9 +3,11 @@
 // for stages 1-2, per layer group inside the store for stage 3), and runs the AdamW step on
 // whatever this rank owns, followed by the refresh of the working copy (the parameter
 // all-gather of stages 1-2; under mixed precision first the cast from the fp32 master).
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "parallel/parallel.h"
 #include "parallel/sharded_store.h"
@@ -50,10 +52,12 @@ LossScalerSettings scaler_settings(const EngineSettings& s) {
 }  // namespace
 
 Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
-               ActivationRecompute recompute, const EngineSettings& settings, Comm* tp)
+               ActivationRecompute recompute, const EngineSettings& settings, Comm* tp, Comm* pp, Comm* embedding)
     : backend_(backend), dp_(dp), scalars_(scalars),
       tp_(std::make_unique<TensorParallel>(tp, settings.sequence_parallel)), dims_(dims), settings_(settings),
-      specs_(gpt_param_specs(dims, {tp_->rank(), tp_->size()})), loss_scaler_(scaler_settings(settings)) {
+      loss_scaler_(scaler_settings(settings)) {
+  pp_ = pp && pp->size() > 1 ? pp : nullptr;
+  embedding_ = embedding;
   if (settings.precision != DType::F32 && settings.precision != DType::BF16 && settings.precision != DType::F16) {
     throw std::logic_error(std::string("Engine: precision must be F32, BF16 or F16, got ") +
                            dtype_name(settings.precision));
@@ -61,17 +65,36 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   if (settings.zero_stage < 0 || settings.zero_stage > 3) {
     throw UserError("zero_optimization.stage: " + std::to_string(settings.zero_stage) + " is not a ZeRO stage (0-3)");
   }
+  plan_pipeline();
+  specs_ = gpt_rank_specs(dims, {tp_->rank(), tp_->size()}, chunks_);
+  groups_ = gpt_layer_groups(specs_, dims.n_layer + 2);
+  {
+    const std::vector<ParamSpec> whole = gpt_param_specs(dims);
+    std::unordered_map<std::string, int64_t> order;
+    for (const ParamSpec& spec : whole) {
+      order.emplace(spec.name, static_cast<int64_t>(model_param_names_.size()));
+      model_param_names_.push_back(spec.name);
+    }
+    for (const ParamSpec& spec : specs_) spec_order_.push_back(order.at(spec.name));
+  }
   const int p = dp.size();
   const int64_t n = specs_.back().offset + specs_.back().numel;
-  const std::vector<LayerGroup> groups = gpt_layer_groups(specs_);
+  std::vector<FlatRange> group_units;
+  for (const LayerGroup& g : groups_) group_units.push_back({g.begin, g.end});
+  auto make_models = [&](ParamStore* store) {
+    for (const GptChunk& chunk : chunks_) {
+      for (int k = 0; k < slots_; ++k) {
+        models_.push_back(std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, store, settings.precision,
+                                                tp_.get(), chunk, &specs_));
+      }
+    }
+    model_ = models_.front().get();
+  };
   if (settings.zero_stage == 3) {
-    std::vector<FlatRange> units;
-    for (const LayerGroup& g : groups) units.push_back({g.begin, g.end});
-    partition_ = std::make_unique<FlatPartition>(units, p, dp.rank());
-    sharded_store_ = std::make_unique<ShardedParamStore>(backend_, dp_, groups, *partition_, settings.overlap_comm,
+    partition_ = std::make_unique<FlatPartition>(group_units, p, dp.rank());
+    sharded_store_ = std::make_unique<ShardedParamStore>(backend_, dp_, groups_, *partition_, settings.overlap_comm,
                                                          &times_.comm_wait, settings.precision);
-    model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, sharded_store_.get(), settings.precision,
-                                   tp_.get());
+    make_models(sharded_store_.get());
     optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
                                          partition_->shard_numel());
     norm_runs_ = tp_norm_runs(specs_, partition_->owned_runs(), tp_->size());
@@ -79,14 +102,20 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   }
   const std::vector<FlatRange> bucket_ranges = make_buckets(n, settings.reduce_bucket_size, p);
   // Stage 0 keeps everything replicated; its partition (one unit) only splits checkpoint writing.
-  partition_ = std::make_unique<FlatPartition>(settings.zero_stage == 0 ? std::vector<FlatRange>{{0, n}} : bucket_ranges,
-                                               p, dp.rank());
+  // Stage 2 under PP reduces each chunk's groups after its backward: a unit per layer group.
+  std::vector<FlatRange> units = bucket_ranges;
+  if (settings.zero_stage == 0) units = {{0, n}};
+  if (settings.zero_stage == 2 && pp_) units = group_units;
+  partition_ = std::make_unique<FlatPartition>(units, p, dp.rank());
   flat_store_ = std::make_unique<FlatParamStore>(backend_, specs_, round_up(n, p), settings.precision);
-  model_ = std::make_unique<Gpt>(dims, backend_, micro_batch, recompute, flat_store_.get(), settings.precision,
-                                 tp_.get());
-  model_->set_grad_ready_callback([this](int group) { on_grad_ready(group); });
-  for (size_t k = bucket_ranges.size(); k-- > 0;) {
-    buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k, lowest_group(bucket_ranges[k], groups)});
+  make_models(flat_store_.get());
+  if (!pp_) {
+    model_->set_grad_ready_callback([this](int group) { on_grad_ready(group); });
+    for (size_t k = bucket_ranges.size(); k-- > 0;) {
+      buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k, lowest_group(bucket_ranges[k], groups_)});
+    }
+  } else if (settings.zero_stage < 2) {  // reduced once, after the pipeline's last backward
+    for (size_t k = bucket_ranges.size(); k-- > 0;) buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k, 0});
   }
   in_flight_.resize(buckets_.size());
   // The gradient norm's share of this rank: flat at stage 0 (every DP rank holds all of it),
@@ -104,7 +133,14 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   if (mixed()) {
     work_shard_ = backend_.allocate(static_cast<size_t>(partition_->shard_numel()) * dtype_size(settings.precision));
   }
-  if (settings.zero_stage == 2) recv_ = backend_.allocate(shard_bytes);
+  if (settings.zero_stage == 2) {
+    recv_ = backend_.allocate(shard_bytes);
+    if (pp_) {
+      int64_t widest = 0;
+      for (const PartitionUnit& u : partition_->units()) widest = std::max(widest, u.padded);
+      stage2_scratch_ = backend_.allocate(static_cast<size_t>(widest) * sizeof(float));
+    }
+  }
   optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
                                        partition_->shard_numel());
 }
@@ -119,7 +155,7 @@ float* Engine::flat_params() const { return flat_store_->padded_params().f32(); 
 float* Engine::flat_grads() const { return flat_store_->padded_grads().f32(); }
 
 void Engine::init_weights(uint64_t seed) {
-  if (flat_store_ && !mixed()) {
+  if (flat_store_ && !mixed() && !pp_) {
     model_->init_weights(seed);
     return;
   }
@@ -206,6 +242,7 @@ void Engine::begin_step(int micro_batches) {
 
 float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
   if (micro_index_ >= micro_batches_) throw std::logic_error("Engine::micro_step: more micro-batches than announced");
+  if (pp_) throw std::logic_error("Engine::micro_step: a pipeline runs its micro-batches in pipeline_step");
   const bool last = micro_index_ + 1 == micro_batches_;
   if (settings_.zero_stage == 2) {
     const Timer t;  // the previous micro-batch's gradient handling: backward work
@@ -358,6 +395,7 @@ EngineMemory Engine::memory() const {
   const int64_t shard = partition_->shard_numel();
   EngineMemory m;
   m.optimizer = static_cast<int64_t>(optimizer_->state_bytes());
+  for (const std::unique_ptr<Gpt>& model : models_) m.activations += static_cast<int64_t>(model->activation_bytes());
   switch (settings_.zero_stage) {
     case 0:
       m.params = flat_store_->capacity() * w;
@@ -379,6 +417,7 @@ EngineMemory Engine::memory() const {
       } else {
         m.workspace += shard * f;
       }
+      m.workspace += static_cast<int64_t>(stage2_scratch_.bytes());  // stage 2 under PP: one group's reduction
       break;
     default:
       m.params = sharded_store_->persistent_param_bytes();

@@ -25,7 +25,9 @@ std::vector<FlatRange> tp_norm_runs(const std::vector<ParamSpec>& specs, const s
   };
   for (const OwnedRun& run : runs) {
     for (const SpecSlice& s : slices_by_spec(specs, run.flat_begin, run.count)) {
-      const bool counted_here = tp_size == 1 || s.spec->tp_sharded() || s.spec->tp_rank == 0;
+      // The last pipeline stage's copy of the embeddings is the first stage's, counted there.
+      const bool counted_here =
+          !s.spec->tied_copy && (tp_size == 1 || s.spec->tp_sharded() || s.spec->tp_rank == 0);
       if (counted_here) add(run.shard_offset + s.span_offset, s.count);
     }
   }
@@ -42,7 +44,7 @@ double Engine::grad_norm_squared_part(const Tensor& grads) {
 
 double Engine::grad_norm_squared(const Tensor& grads) {
   const int tp = tp_->size();
-  if (tp == 1) {
+  if (tp == 1 && !pp_) {
     // Stage 0: replicated over DP, every rank computes the same sum over the same values. Padding
     // is zero, so a shard's sum of squares is exactly its owned part's.
     if (settings_.zero_stage == 0) return backend_.sum_squares(grads);
@@ -50,8 +52,9 @@ double Engine::grad_norm_squared(const Tensor& grads) {
     for (double part : all_gather_doubles(scalars_, {backend_.sum_squares(grads)})) total += part;
     return total;
   }
-  // Under TP each rank holds other parameters. scalars_ orders the world TP fastest, then DP: at
-  // stage 0 the DP replicas hold the same gradient, so one replica's TP ranks (DP rank 0) count.
+  // Under TP and PP each rank holds other parameters. scalars_ orders the world TP fastest, then
+  // DP, then PP: at stage 0 the DP replicas hold the same gradient, so one replica's ranks (DP
+  // rank 0) count.
   const std::vector<double> parts = all_gather_doubles(scalars_, {grad_norm_squared_part(grads)});
   double total = 0.0;
   for (size_t r = 0; r < parts.size(); ++r) {
@@ -79,7 +82,7 @@ int64_t Engine::first_nonfinite_spec(const std::vector<FlatSpan>& spans) {
     for (const SpecSlice& s : slices_by_spec(specs_, span.flat_begin, span.count)) {
       const Tensor part(span.data + s.span_offset, DType::F32, {s.count}, device());
       if (std::isfinite(backend_.sum_squares(part))) continue;
-      const int64_t index = s.spec - specs_.data();
+      const int64_t index = spec_order_[static_cast<size_t>(s.spec - specs_.data())];
       if (first < 0 || index < first) first = index;
       break;
     }
@@ -93,7 +96,7 @@ int64_t Engine::first_nonfinite_spec(const std::vector<FlatSpan>& spans) {
 
 std::string Engine::first_nonfinite_gradient() {
   const int64_t index = first_nonfinite_spec(gradient_spans());
-  return index < 0 ? std::string() : specs_[static_cast<size_t>(index)].name;
+  return index < 0 ? std::string() : model_param_names_[static_cast<size_t>(index)];
 }
 
 std::string Engine::first_nonfinite_state() {
@@ -101,7 +104,7 @@ std::string Engine::first_nonfinite_state() {
       {StateKind::Params, "model."}, {StateKind::ExpAvg, "optim.exp_avg."}, {StateKind::ExpAvgSq, "optim.exp_avg_sq."}};
   for (const auto& [kind, prefix] : kinds) {
     const int64_t index = first_nonfinite_spec(device_saved_spans(kind));
-    if (index >= 0) return prefix + specs_[static_cast<size_t>(index)].name;
+    if (index >= 0) return prefix + model_param_names_[static_cast<size_t>(index)];
   }
   return "";
 }

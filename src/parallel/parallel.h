@@ -10,6 +10,7 @@
 #include "comm/comm.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/tensor/tensor_parallel.h"
 
 namespace strata {
@@ -97,6 +98,26 @@ std::vector<double> all_gather_doubles(Comm& comm, const std::vector<double>& va
 std::vector<float> all_gather_floats(Comm& comm, const std::vector<float>& values);
 
 // ---- engine ------------------------------------------------------------------------------
+// Pipeline parallelism (with a pipeline communicator of two ranks or more): the model is cut
+// into stages × virtual_stages chunks by `partition` (empty: uniform_partition), and each
+// optimizer step runs `micro_batches` micro-batches through the schedule's tables.
+struct PipelineSettings {
+  PipeSchedule schedule = PipeSchedule::OneFOneB;
+  int virtual_stages = 1;
+  std::vector<ChunkLayers> partition;
+  int micro_batches = 1;
+};
+
+// What one pipeline stage runs: its schedule's shape, its model chunks (chunk c of the stage is
+// model chunk c · stages + stage) and how many copies of each it keeps, one per micro-batch in
+// flight. Throws UserError when the shape or the partition does not fit n_layer.
+struct PipelineStagePlan {
+  PipeShape shape;
+  std::vector<GptChunk> chunks;
+  int slots = 1;
+};
+PipelineStagePlan pipeline_stage_plan(const PipelineSettings& settings, int n_layer, int stages, int stage);
+
 struct EngineSettings {
   int zero_stage = 0;
   bool overlap_comm = false;
@@ -114,14 +135,16 @@ struct EngineSettings {
   // work is charged to the phase that issued it, not to the next host wait (a little overlap
   // between phases is lost, as with DeepSpeed's synchronized timers).
   bool synchronize_phases = false;
+  PipelineSettings pipeline;
 };
 
 // Bytes this rank holds persistently; workspace is the transient memory the stage declares
 // (staging for collectives, stage 2's full-size gradient scratch, stage 3's gathered groups).
 // params is the working copy the model reads (2 bytes per element under mixed precision);
 // the fp32 master copy, when separate, counts as optimizer state with Adam's m and v.
+// activations: the models' arenas (under pipeline parallelism one per chunk and in-flight slot).
 struct EngineMemory {
-  int64_t params = 0, grads = 0, optimizer = 0, workspace = 0;
+  int64_t params = 0, grads = 0, optimizer = 0, workspace = 0, activations = 0;
 };
 
 // What Engine::apply did. grad_norm is the unscaled global norm before clipping (not finite
@@ -141,8 +164,15 @@ struct StepOutcome {
 
 // Seconds since begin_step; comm_wait is time blocked on DP collectives, tp_wait on the model's
 // tensor-parallel collectives (both included in the phase during which they happened).
+// Under pipeline parallelism pipe_wait is the time blocked in send/recv between stages (part
+// of no other phase), and the bubble the share of the pipeline's run (compute + pipe_wait) this
+// rank spent waiting.
 struct EngineTimes {
-  double forward = 0, backward = 0, comm_wait = 0, tp_wait = 0, optimizer = 0;
+  double forward = 0, backward = 0, comm_wait = 0, tp_wait = 0, optimizer = 0, pipe_wait = 0;
+  double bubble_fraction() const {
+    const double run = forward + backward + pipe_wait;
+    return run > 0 ? pipe_wait / run : 0.0;
+  }
 };
 
 enum class StateKind { Params, ExpAvg, ExpAvgSq };
@@ -164,13 +194,26 @@ class ShardedParamStore;
 // this rank's slice (see Gpt) and ZeRO partitions that slice over `dp`.
 class Engine {
  public:
+  // `pp` (optional, two ranks or more: pipeline parallelism): this rank's pipeline, over which
+  // the stages trade activations and gradients; `embedding` the group of the first and last
+  // stage (the tied embedding's gradient is summed over it); scalars then spans every stage.
   Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
-         ActivationRecompute recompute, const EngineSettings& settings, Comm* tp = nullptr);
+         ActivationRecompute recompute, const EngineSettings& settings, Comm* tp = nullptr, Comm* pp = nullptr,
+         Comm* embedding = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // The model (the first of this rank's chunks under pipeline parallelism).
   Gpt& model() { return *model_; }
+  // This rank's parameters: its TP slice of its pipeline chunks, in the flat layout spans use.
+  const std::vector<ParamSpec>& params() const { return specs_; }
+  int pipeline_stages() const { return stages_; }
+  int pipeline_stage() const { return stage_; }
+  bool last_stage() const { return stage_ + 1 == stages_; }
+  // Slots per chunk: the micro-batches whose activations this rank keeps at once.
+  int pipeline_slots() const { return slots_; }
+  const std::vector<GptChunk>& chunks() const { return chunks_; }
   const TensorParallel& tensor_parallel() const { return *tp_; }
   int zero_stage() const { return settings_.zero_stage; }
   DType precision() const { return settings_.precision; }
@@ -184,6 +227,16 @@ class Engine {
   // of each token's loss in the global objective (1 / tokens of the global batch); with fp16
   // the backward runs on dloss × loss scale.
   float micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss);
+  // Pipeline parallelism: every micro-batch of the step (begin_step(tokens.size()) first) through
+  // this rank's schedule table, then the gradient reductions (those of finish_reduction
+  // included). Returns the micro-batches' mean losses on the last stage (zeros elsewhere).
+  std::vector<float> pipeline_step(const std::vector<const int32_t*>& tokens,
+                                   const std::vector<const int32_t*>& targets, int B, int T, float dloss);
+  // Inference through every stage (all ranks of the pipeline call it): the mean loss of a batch
+  // (on the last stage; 0 elsewhere), and the last position's logits (vocab_size values) for a
+  // (1, T) context, the same on every stage.
+  float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T);
+  std::vector<float> last_token_logits(const int32_t* tokens, int T);
   // Waits for every reduction; afterwards with stage 0 model().grads_flat() is the global
   // gradient (times loss_scale() under fp16).
   void finish_reduction();
@@ -231,6 +284,20 @@ class Engine {
     int lowest_group = 0;
   };
   void on_grad_ready(int group);
+  // Pipeline parallelism: this rank's stage, chunks, slots and schedule table.
+  void plan_pipeline();
+  Gpt& chunk_model(int chunk, int micro_batch) {
+    return *models_[static_cast<size_t>(chunk * slots_ + micro_batch % slots_)];
+  }
+  void communicate(const PipeAction& action, int B, int T);
+  // Stage 2: reduce-scatters a chunk's gradient (one micro-batch's) into the shard, group by group.
+  void reduce_chunk_stage2(int chunk);
+  // After every backward of the step: the tied embeddings' gradient summed over the embedding
+  // group (the flat gradient at stages 0-1, before their DP reduction; the shard's piece of the
+  // embeddings' unit at stages 2-3, after theirs).
+  void reduce_tied_embeddings();
+  bool holds_embeddings() const { return groups_[0].numel() > 0; }
+  bool tied() const { return embedding_ && embedding_->size() > 1 && holds_embeddings(); }
   void issue_reduction(size_t bucket_index);
   void wait_reductions();
   // Seconds since t started; with synchronize_phases, once the backend has caught up.
@@ -261,8 +328,8 @@ class Engine {
   std::vector<FlatRange> norm_runs_;
   // The reduced gradient this rank holds, as spans of the flat layout in the backend's memory.
   std::vector<FlatSpan> gradient_spans();
-  // Collective: the smallest index into specs_ of a parameter that has a non-finite value in
-  // some rank's `spans`; -1 when there is none.
+  // Collective: the first parameter in the whole model's order (an index of
+  // model_param_names_) that has a non-finite value in some rank's `spans`; -1 when none has.
   int64_t first_nonfinite_spec(const std::vector<FlatSpan>& spans);
 
   Backend& backend_;
@@ -275,8 +342,22 @@ class Engine {
   std::unique_ptr<FlatPartition> partition_;
   std::unique_ptr<FlatParamStore> flat_store_;      // stages 0-2
   std::unique_ptr<ShardedParamStore> sharded_store_;  // stage 3
-  std::unique_ptr<Gpt> model_;
+  std::vector<std::unique_ptr<Gpt>> models_;  // chunk c, slot k at c · slots_ + k
+  Gpt* model_ = nullptr;
   std::unique_ptr<AdamW> optimizer_;
+  Comm* pp_ = nullptr;
+  Comm* embedding_ = nullptr;
+  int stages_ = 1, stage_ = 0, slots_ = 1;
+  std::vector<GptChunk> chunks_;
+  std::vector<LayerGroup> groups_;  // n_layer + 2, empty where this rank holds none
+  PipeShape shape_;
+  std::vector<PipeAction> table_;
+  Buffer stage2_scratch_;  // stage 2 under PP: one group's gradient, padded for its reduce-scatter
+  Buffer logits_row_;      // PP samples: the last stage's logits, broadcast
+  // Index of each of specs_ in the whole model's parameter order, and that order's names: how
+  // ranks holding different parameters agree on "the first" one.
+  std::vector<int64_t> spec_order_;
+  std::vector<std::string> model_param_names_;
   LossScaler loss_scaler_;
 
   std::vector<Bucket> buckets_;  // reduction order: last bucket of the layout first

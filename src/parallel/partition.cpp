@@ -20,8 +20,9 @@ FlatPartition::FlatPartition(const std::vector<FlatRange>& units, int dp_size, i
   }
   int64_t expected_begin = 0;
   for (const FlatRange& r : units) {
-    if (r.begin != expected_begin || r.end <= r.begin) {
-      throw std::invalid_argument("FlatPartition: units must be consecutive non-empty ranges from 0");
+    // Empty units stand for layer groups a pipeline stage does not hold: no elements, no piece.
+    if (r.begin != expected_begin || r.end < r.begin) {
+      throw std::invalid_argument("FlatPartition: units must be consecutive ranges from 0");
     }
     PartitionUnit u;
     u.begin = r.begin;

@@ -25,8 +25,9 @@ ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vect
     pool.resize(static_cast<size_t>(count));
     for (Slot& s : pool) s.buffer = backend_.allocate(static_cast<size_t>(elements) * dtype_size(dtype));
   };
-  make_pool(embed_params_, 1, units_[0].padded, work_dtype_);
-  make_pool(embed_grads_, 1, units_[0].padded, DType::F32);
+  // A pipeline stage between the first and last holds no embeddings (an empty unit).
+  make_pool(embed_params_, 1, std::max<int64_t>(units_[0].padded, 1), work_dtype_);
+  make_pool(embed_grads_, 1, std::max<int64_t>(units_[0].padded, 1), DType::F32);
   make_pool(layer_params_, 2, widest_layer, work_dtype_);
   make_pool(layer_grads_, 2, widest_layer, DType::F32);
 }
@@ -91,9 +92,14 @@ void ShardedParamStore::start_gather(Slot& slot, int group) {
 
 int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
   const int last = static_cast<int>(groups_.size()) - 1;  // ln_f
-  if (pass == Pass::Forward) return group < last ? group + 1 : -1;
-  if (group == 0) return last;
-  return group > 1 ? group - 1 : -1;
+  int next = -1;
+  if (pass == Pass::Forward) {
+    next = group < last ? group + 1 : -1;
+  } else {
+    next = group == 0 ? last : (group > 1 ? group - 1 : -1);
+  }
+  // A pipeline stage holds some groups only: the pass ends at its chunk's edge.
+  return next >= 0 && units_[static_cast<size_t>(next)].numel > 0 ? next : -1;
 }
 
 void* ShardedParamStore::acquire_params(int group, Pass pass) {

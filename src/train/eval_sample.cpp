@@ -6,9 +6,9 @@
 
 namespace strata {
 
-std::optional<double> evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch,
+std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
-                                    const StopCheck& stop) {
+                                    const std::function<int(int)>& loss_rank, const StopCheck& stop) {
   // The val split is read from its start in file order, identically at every evaluation.
   const GlobalSampler sampler(data, seq_len, /*shuffle=*/false, /*seed=*/0);
   const int64_t total = std::min<int64_t>(batches * micro_batch, sampler.num_sequences());
@@ -26,23 +26,21 @@ std::optional<double> evaluate_loss(Gpt& model, const TokenDataset& data, int se
     if (b >= n_batches && !lockstep) continue;
     const int64_t run = b < n_batches ? b : 0;  // lockstep ranks without a batch repeat batch 0 and drop it
     read_sequences(data, sampler, run * micro_batch, batch_size(run), tokens.data(), targets.data());
-    const float loss = model.forward(tokens.data(), targets.data(), batch_size(run), seq_len);
+    const float loss = engine.forward_loss(tokens.data(), targets.data(), batch_size(run), seq_len);
     if (b < n_batches) mine[static_cast<size_t>(k)] = loss;
   }
-  // The world is ordered TP fastest, then DP: DP rank d's first rank is world rank d · (world / DP).
   const std::vector<float> all = all_gather_floats(world, mine);
-  const int64_t ranks_per_replica = world.size() / dp_size;
   double loss_sum = 0;
   for (int64_t b = 0; b < n_batches; ++b) {
-    const int64_t rank = (b % dp_size) * ranks_per_replica;
+    const int64_t rank = loss_rank(static_cast<int>(b % dp_size));
     loss_sum += static_cast<double>(all[static_cast<size_t>(rank * rounds + b / dp_size)]) * batch_size(b);
   }
   return loss_sum / static_cast<double>(total);
 }
 
-std::optional<std::string> sample_text(Gpt& model, const std::string& prompt, int count, Rng& rng,
+std::optional<std::string> sample_text(Engine& engine, const std::string& prompt, int count, Rng& rng,
                                        const StopCheck& stop) {
-  const GptDims& dims = model.dims();
+  const GptDims& dims = engine.model().dims();
   std::vector<int32_t> tokens = byte_encode(prompt.empty() ? std::string("\n") : prompt);
   const size_t prompt_length = prompt.empty() ? 0 : tokens.size();
   std::vector<double> probs(static_cast<size_t>(dims.vocab_size));
@@ -51,7 +49,7 @@ std::optional<std::string> sample_text(Gpt& model, const std::string& prompt, in
     const size_t context = std::min<size_t>(tokens.size(), static_cast<size_t>(dims.seq_len));
     const int32_t* window = tokens.data() + (tokens.size() - context);
     // The last position's logits over the real vocabulary (gathered from the TP slices), fp32.
-    const std::vector<float> last = model.last_token_logits(window, static_cast<int>(context));
+    const std::vector<float> last = engine.last_token_logits(window, static_cast<int>(context));
     const double max_logit = *std::max_element(last.begin(), last.end());
     double total = 0;
     for (int v = 0; v < dims.vocab_size; ++v) total += probs[static_cast<size_t>(v)] = std::exp(last[static_cast<size_t>(v)] - max_logit);

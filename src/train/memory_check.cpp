@@ -32,15 +32,24 @@ int64_t host_available_bytes() {
 
 int64_t MemoryEstimate::total() const { return params + grads + optimizer + workspace + activations; }
 
-MemoryEstimate estimate_rank_memory(const Config& cfg) {
+namespace {
+
+// One pipeline stage's ranks (the whole model without PP): the chunks it holds, as the engine
+// lays them out, times the copies it keeps of each for the micro-batches in flight.
+MemoryEstimate estimate_stage_memory(const Config& cfg, const EngineSettings& settings, int stage) {
   const GptDims dims = gpt_dims_from_config(cfg);
-  const int tp = cfg.derived.tp_size, dp = cfg.derived.dp_size;
-  const std::vector<ParamSpec> specs = gpt_param_specs(dims, {0, tp});
+  const int tp = cfg.derived.tp_size, dp = cfg.derived.dp_size, pp = cfg.derived.pp_size;
+  PipelineStagePlan plan;
+  plan.chunks = {GptChunk{}};
+  if (pp > 1) plan = pipeline_stage_plan(settings.pipeline, dims.n_layer, pp, stage);
+  const std::vector<ParamSpec> specs = gpt_rank_specs(dims, {0, tp}, plan.chunks);
   const int64_t n = specs.back().offset + specs.back().numel;  // this rank's slice
   const int64_t padded = (n + dp - 1) / dp * dp, shard = padded / dp;
-  const EngineSettings settings = engine_settings_from_config(cfg);
   const int64_t w = static_cast<int64_t>(dtype_size(settings.precision)), f = 4;
   const bool mixed = settings.precision != DType::F32;
+  const std::vector<LayerGroup> groups = gpt_layer_groups(specs, dims.n_layer + 2);
+  int64_t widest = 0;  // the widest layer group
+  for (size_t g = 1; g < groups.size(); ++g) widest = std::max(widest, groups[g].numel());
   MemoryEstimate e;
   switch (settings.zero_stage) {
     case 0:
@@ -54,26 +63,40 @@ MemoryEstimate estimate_rank_memory(const Config& cfg) {
       e.grads = settings.zero_stage == 1 ? padded * f : shard * f;
       e.optimizer = 2 * shard * f + (mixed ? shard * f : 0);
       e.workspace = (settings.zero_stage == 1 ? shard * f : padded * f + shard * f) + shard * (mixed ? w : f);
+      // Under PP, stage 2 reduces one group at a time through a scratch of the widest.
+      if (settings.zero_stage == 2 && pp > 1) e.workspace += std::max(groups[0].numel(), widest) * f;
       break;
-    default: {
+    default:
       // Stage 3 gathers one layer group at a time into two slots (and the embeddings into one).
-      const std::vector<LayerGroup> groups = gpt_layer_groups(specs);
-      int64_t widest = 0;
-      for (size_t g = 1; g < groups.size(); ++g) widest = std::max(widest, groups[g].numel());
       e.params = shard * w;
       e.grads = shard * f;
       e.optimizer = 2 * shard * f + (mixed ? shard * f : 0);
       e.workspace = shard * f + (groups[0].numel() + 2 * widest) * (w + f);
       break;
-    }
   }
   const bool sp = cfg.parallelism.sequence_parallel && tp > 1;
   const ActivationRecompute recompute = cfg.model.recompute == Recompute::Full        ? ActivationRecompute::Full
                                         : cfg.model.recompute == Recompute::Selective ? ActivationRecompute::Selective
                                                                                       : ActivationRecompute::None;
-  e.activations = static_cast<int64_t>(
-      gpt_activation_bytes(dims, cfg.derived.micro_batch, recompute, settings.precision, tp, sp).total);
+  for (const GptChunk& chunk : plan.chunks) {
+    GptArenaLayout layout;
+    e.activations += plan.slots * static_cast<int64_t>(gpt_activation_bytes(dims, cfg.derived.micro_batch, recompute,
+                                                                            settings.precision, tp, sp, &layout, chunk)
+                                                           .total);
+  }
   return e;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_rank_memory(const Config& cfg) {
+  const EngineSettings settings = engine_settings_from_config(cfg);
+  MemoryEstimate worst;
+  for (int stage = 0; stage < std::max(1, cfg.derived.pp_size); ++stage) {
+    const MemoryEstimate e = estimate_stage_memory(cfg, settings, stage);
+    if (e.total() > worst.total()) worst = e;
+  }
+  return worst;
 }
 
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device) {

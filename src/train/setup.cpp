@@ -66,6 +66,32 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.loss_scaler.min_scale = f.min_loss_scale;
   s.synchronize_phases = cfg.wall_clock_breakdown;
   s.sequence_parallel = cfg.parallelism.sequence_parallel && cfg.derived.tp_size > 1;
+  const PipelineConfig& pl = cfg.parallelism.pipeline;
+  const int stages = cfg.derived.pp_size;
+  s.pipeline.schedule = pl.schedule == PipelineSchedule::GPipe        ? PipeSchedule::GPipe
+                        : pl.schedule == PipelineSchedule::Interleaved ? PipeSchedule::Interleaved
+                                                                       : PipeSchedule::OneFOneB;
+  s.pipeline.virtual_stages = s.pipeline.schedule == PipeSchedule::Interleaved ? pl.virtual_stages : 1;
+  s.pipeline.micro_batches = cfg.derived.grad_accum;
+  if (stages > 1) {
+    const GptDims dims = gpt_dims_from_config(cfg);
+    const int chunks = stages * s.pipeline.virtual_stages;
+    switch (pl.partition) {
+      case PipelinePartition::Uniform: s.pipeline.partition = uniform_partition(dims.n_layer, chunks); break;
+      case PipelinePartition::Explicit: s.pipeline.partition = explicit_partition(pl.partition_layers); break;
+      case PipelinePartition::Parameters: {
+        // What each chunk's rank holds: a block; the embeddings on the first; ln_f and the tied
+        // copy of the embeddings on the last.
+        const std::vector<ParamSpec> one = gpt_param_specs(dims, {}, {0, 1, false, false});
+        int64_t block = 0;
+        for (const ParamSpec& spec : one) block += spec.numel;
+        const int64_t embeddings = (int64_t{dims.padded_vocab} + dims.seq_len) * dims.d_model;
+        s.pipeline.partition =
+            parameter_partition(dims.n_layer, chunks, block, embeddings, embeddings + 2 * int64_t{dims.d_model});
+        break;
+      }
+    }
+  }
   return s;
 }
 
@@ -78,6 +104,11 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads) {
     throw UserError(fmt::format("--dump-grads writes the whole gradient from one rank, which tensor parallelism "
                                 "splits over {} ranks; run it with --set parallelism.tensor_model_parallel_size=1",
                                 cfg.derived.tp_size));
+  }
+  if (dump_grads && cfg.derived.pp_size > 1) {
+    throw UserError(fmt::format("--dump-grads writes the whole gradient from one rank, which pipeline parallelism "
+                                "splits over {} stages; run it with --set parallelism.pipeline_model_parallel_size=1",
+                                cfg.derived.pp_size));
   }
   if (dump_grads && cfg.zero_optimization.stage != 0) {
     throw UserError(fmt::format("--dump-grads writes the whole gradient, which only ZeRO stage 0 keeps on one rank; "

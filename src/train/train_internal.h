@@ -46,7 +46,8 @@ EngineSettings engine_settings_from_config(const Config& cfg);
 void check_runnable(const Config& cfg, int world_size, bool dump_grads);
 
 // Bytes one rank will allocate, estimated from the config before anything is allocated
-// (memory_check.cpp): Engine::memory's terms and the model's activation arena.
+// (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline
+// stage that needs the most.
 struct MemoryEstimate {
   int64_t params = 0, grads = 0, optimizer = 0, workspace = 0, activations = 0;
   int64_t total() const;
@@ -95,13 +96,15 @@ using StopCheck = std::function<bool()>;
 // result is the single-rank value on every rank. lockstep: every DP rank runs the same number
 // of forwards (needed when forward communicates over DP, as with ZeRO-3). nullopt when `stop`
 // interrupted it.
-std::optional<double> evaluate_loss(Gpt& model, const TokenDataset& data, int seq_len, int micro_batch,
+// The engine's forward (every pipeline stage and TP rank of a replica calls it; the loss counts
+// from the world rank `loss_rank(dp rank)`).
+std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
-                                    const StopCheck& stop);
+                                    const std::function<int(int)>& loss_rank, const StopCheck& stop);
 // Continues `prompt` (byte-level text) by `count` tokens sampled at temperature 1. Under TP every
 // rank of the group calls it (the logits' slices are gathered) and gets the same text. nullopt
 // when `stop` interrupted it.
-std::optional<std::string> sample_text(Gpt& model, const std::string& prompt, int count, Rng& rng,
+std::optional<std::string> sample_text(Engine& engine, const std::string& prompt, int count, Rng& rng,
                                        const StopCheck& stop);
 
 }  // namespace strata

@@ -73,13 +73,15 @@ nlohmann::json model_meta(const GptDims& d) {
 
 std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Engine& engine,
                                      const SaveContext& context) {
-  const std::vector<ParamSpec>& specs = engine.model().params();
+  const std::vector<ParamSpec>& specs = engine.params();
   std::vector<TensorPiece> pieces;
   for (StateKind kind : kAllKinds) {
     for (const FlatSpan& span : engine.saved_spans(kind)) {
       for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
-        // Every TP rank holds the replicated parameters (bit-identical): one copy is saved.
+        // Every TP rank holds the replicated parameters (bit-identical): one copy is saved; and
+        // the first pipeline stage's embeddings, not the last stage's copy.
         if (!slice.spec->tp_sharded() && slice.spec->tp_rank != 0) continue;
+        if (slice.spec->tied_copy) continue;
         const GlobalBoxes boxes = tp_global_boxes(*slice.spec, slice.begin, slice.count);
         const float* data = span.data + slice.span_offset;
         for (const ViewBox& box : boxes.boxes) {
@@ -139,7 +141,7 @@ LoopState read_loop_state(const CheckpointReader& reader, const std::string& sou
                                   source_key, reader.path(), key, saved.at(key).dump(), now.dump(), key));
     }
   }
-  const std::vector<ParamSpec>& specs = engine.model().params();
+  const std::vector<ParamSpec>& specs = engine.params();
   for (StateKind kind : kAllKinds) {
     for (const ParamSpec& spec : specs) check_saved_shape(reader, state_prefix(kind) + spec.name, spec, dims.vocab_size);
     for (const FlatSpan& span : engine.held_spans(kind)) {

@@ -27,7 +27,18 @@ bool Trainer::train_step(StepMetrics& m) {
   const float dloss = 1.0f / static_cast<float>(static_cast<double>(cfg_.derived.global_batch) * seq);
   engine_.begin_step(gas);
   std::vector<float> losses;
-  for (int i = 0; i < gas; ++i) {
+  if (engine_.pipeline_stages() > 1) {
+    // The pipeline runs the step's micro-batches together: a stop is honoured between steps.
+    std::vector<MicroBatch> batches;
+    std::vector<const int32_t*> tokens, targets;
+    for (int i = 0; i < gas; ++i) batches.push_back(loader_->next());
+    for (const MicroBatch& b : batches) {
+      tokens.push_back(b.tokens.data());
+      targets.push_back(b.targets.data());
+    }
+    losses = engine_.pipeline_step(tokens, targets, micro, seq, dloss);
+  }
+  for (int i = engine_.pipeline_stages() > 1 ? gas : 0; i < gas; ++i) {
     // A stop signal is honoured between micro-batches: a step of many micro-batches (or slow
     // ones) is abandoned rather than outlasting the grace a launcher gives before SIGKILL.
     if (i > 0 && agree_to_stop()) {
@@ -65,11 +76,14 @@ bool Trainer::train_step(StepMetrics& m) {
   }
   // Micro-batch losses of the DP replicas in global batch order (rank-major), summed in that
   // order: the same figure, bit for bit, as one rank running every micro-batch. The world is
-  // ordered TP fastest; a replica's TP ranks hold the same losses, and its first one counts.
+  // ordered TP fastest, then DP, then PP; a replica's TP ranks hold the same losses, and its
+  // first one on the last pipeline stage counts.
   const std::vector<float> all = all_gather_floats(topology_.world(), losses);
   const size_t per_rank = losses.size(), tp = static_cast<size_t>(cfg_.derived.tp_size);
+  const size_t dp = static_cast<size_t>(cfg_.derived.dp_size), last_stage = static_cast<size_t>(cfg_.derived.pp_size - 1);
   double loss_sum = 0;
-  for (size_t r = 0; r * per_rank < all.size(); r += tp) {
+  for (size_t d = 0; d < dp; ++d) {
+    const size_t r = (last_stage * dp + d) * tp;
     for (size_t i = 0; i < per_rank; ++i) loss_sum += all[r * per_rank + i];
   }
 
@@ -125,8 +139,10 @@ bool Trainer::evaluate(int64_t step) {
   if (!val_data_) return true;
   const Timer t;
   const std::optional<double> val_loss =
-      evaluate_loss(engine_.model(), *val_data_, dims_.seq_len, cfg_.derived.micro_batch, cfg_.train.eval_iters,
+      evaluate_loss(engine_, *val_data_, dims_.seq_len, cfg_.derived.micro_batch, cfg_.train.eval_iters,
                     topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
+                    // the replica's first TP rank on the last pipeline stage
+                    [this](int dp) { return grid_rank(topology_.shape(), {dp, cfg_.derived.pp_size - 1, 0}); },
                     [this] { return agree_to_stop(); });
   if (!val_loss) return false;
   log_info("eval step {} | val loss {:.4f} | {:.1f}s", step, *val_loss, t.seconds());
@@ -139,7 +155,7 @@ bool Trainer::sample(int64_t step) {
   // An interrupted sample has drawn from the RNG: the checkpoint must hold the draws of the
   // finished samples only, so that a resumed run samples as an uninterrupted one.
   const RngState before = sample_rng_.state();
-  const std::optional<std::string> text = sample_text(engine_.model(), cfg_.logging.sample_prompt,
+  const std::optional<std::string> text = sample_text(engine_, cfg_.logging.sample_prompt,
                                                       cfg_.logging.sample_tokens, sample_rng_,
                                                       [this] { return agree_to_stop(); });
   if (!text) {

@@ -107,7 +107,8 @@ class Trainer {
         memory_checked_(memory_checked(mpi, cfg_, device_)),
         engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_, topology_.dp(),
                                           topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
-                                          engine_settings_from_config(cfg_), &topology_.tp())),
+                                          engine_settings_from_config(cfg_), &topology_.tp(), &topology_.pp(),
+                                          topology_.embedding())),
         engine_(*engine_owner_),
         schedule_(lr_schedule_from_config(cfg_)) {
     BatchLayout layout;

@@ -24,6 +24,23 @@ void Trainer::log_banner() {
            engine_.tensor_parallel().sequence_parallel() ? "on"
            : cfg_.parallelism.sequence_parallel          ? "off (it needs TP > 1)"
                                                          : "off");
+  if (cfg_.derived.pp_size > 1) {
+    // Stage s holds model chunks s, s + PP, …: their layers, joined with '+'.
+    const PipelineSettings ps = engine_settings_from_config(cfg_).pipeline;
+    const int stages = cfg_.derived.pp_size;
+    std::string text;
+    for (int s = 0; s < stages; ++s) {
+      text += s ? " " : "";
+      for (int c = 0; c < ps.virtual_stages; ++c) {
+        const ChunkLayers& l = ps.partition[static_cast<size_t>(c * stages + s)];
+        text += fmt::format("{}[{}, {})", c ? "+" : "", l.begin, l.end);
+      }
+    }
+    log_info("pipeline: {}{}, {} micro-batches, stages {}; {} micro-batch(es) of activations kept per chunk on stage 0",
+             pipe_schedule_name(ps.schedule),
+             ps.virtual_stages > 1 ? fmt::format(" x {}", ps.virtual_stages) : std::string(), ps.micro_batches, text,
+             pipe_in_flight_bound({ps.schedule, stages, ps.virtual_stages, ps.micro_batches}, 0));
+  }
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
   log_info("precision: {}", precision_text(engine_.precision()));
@@ -36,7 +53,7 @@ void Trainer::report_memory() {
   const ActivationBytes& act = engine_.model().activation_breakdown();
   const std::vector<double> mine = {static_cast<double>(mem.params),    static_cast<double>(mem.grads),
                                     static_cast<double>(mem.optimizer), static_cast<double>(mem.workspace),
-                                    static_cast<double>(act.total),     static_cast<double>(act.per_layer),
+                                    static_cast<double>(mem.activations), static_cast<double>(act.per_layer),
                                     static_cast<double>(act.shared)};
   const std::vector<double> all = all_gather_doubles(topology_.world(), mine);
   nlohmann::json ranks = nlohmann::json::array();

@@ -202,14 +202,6 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                                           "to cpu is not supported yet"},
       {"zero_optimization.offload_param.device=nvme", "zero_optimization.offload_param.device: offloading to nvme "
                                                        "is not supported yet"},
-      {"parallelism.pipeline_model_parallel_size=2", "parallelism.pipeline_model_parallel_size: pipeline "
-                                                     "parallelism (size > 1) is not supported yet"},
-      {"parallelism.pipeline.schedule=gpipe", "parallelism.pipeline.schedule: the gpipe schedule is not supported "
-                                              "yet"},
-      {"parallelism.pipeline.virtual_stages=2", "parallelism.pipeline.virtual_stages: virtual pipeline stages are "
-                                                "not supported yet"},
-      {"parallelism.pipeline.partition=parameters", "parallelism.pipeline.partition: the parameters partition is "
-                                                    "not supported yet"},
       {"activation_checkpointing.partition_activations=true", "activation_checkpointing.partition_activations: "
                                                               "true is not supported yet"},
       {"activation_checkpointing.cpu_checkpointing=true", "activation_checkpointing.cpu_checkpointing: true is "
@@ -229,8 +221,8 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
     REQUIRE(p.size() == 1);
     CHECK(p[0].rfind(c.second, 0) == 0);
   }
-  // The defaults of the same keys, and world sizes above 1, are accepted; so are tensor and
-  // sequence parallelism and every recompute mode.
+  // The defaults of the same keys, and world sizes above 1, are accepted; so are tensor, sequence
+  // and pipeline parallelism with every schedule and partition, and every recompute mode.
   CHECK(problems(kTinyConfig, {"zero_optimization.stage=0", "model.recompute=full", "device=cpu",
                                "comm.backend=mpi", "activation_checkpointing.number_checkpoints=null"},
                  8)
@@ -239,6 +231,48 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                "model.recompute=selective"},
                  8)
             .empty());
+}
+
+TEST_CASE("pipeline layouts are checked against the model's layers and the micro-batches") {
+  auto pp2 = [](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"parallelism.pipeline_model_parallel_size=2", "gradient_accumulation_steps=4"});
+    return problems(kTinyConfig, extra, 2);
+  };
+  // Exactly one problem, with this message (a "(set by --set ...)" may follow).
+  auto only = [](const std::vector<std::string>& p, const std::string& message) {
+    INFO(joined(p));
+    return p.size() == 1 && has_problem(p, message);
+  };
+  CHECK(pp2({"parallelism.pipeline.schedule=1f1b"}).empty());
+  CHECK(pp2({"parallelism.pipeline.schedule=gpipe"}).empty());
+  CHECK(pp2({"parallelism.pipeline.partition=parameters"}).empty());
+  CHECK(pp2({"parallelism.pipeline.partition=[1, 1]"}).empty());
+  CHECK(pp2({"model.n_layer=4", "parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2",
+             "parallelism.pipeline.partition=[1, 1, 1, 1]"})
+            .empty());
+  CHECK(only(pp2({"model.n_layer=4", "parallelism.pipeline.schedule=interleaved",
+                  "parallelism.pipeline.virtual_stages=2", "parallelism.pipeline.partition=[1, 2, 0, 1]"}),
+             "parallelism.pipeline.partition: every chunk needs at least one layer, got 0"));
+  CHECK(only(pp2({"model.n_layer=4", "parallelism.pipeline.partition=[1, 2]"}),
+             "parallelism.pipeline.partition: sums to 3 layers, but model.n_layer is 4"));
+  CHECK(has_problem(pp2({"parallelism.pipeline.partition=[1, 1, 1]"}),
+                    "parallelism.pipeline.partition: lists 3 chunks, but the pipeline has 2"));
+  CHECK(only(pp2({"parallelism.pipeline.virtual_stages=2"}),
+             "parallelism.pipeline.virtual_stages: 2 model chunks per stage need schedule: interleaved (the "
+             "schedule is 1f1b)"));
+  CHECK(only(pp2({"parallelism.pipeline.schedule=interleaved"}),
+             "parallelism.pipeline.schedule: interleaved needs parallelism.pipeline.virtual_stages of 2 or more "
+             "(with 1 it is 1f1b)"));
+  CHECK(only(pp2({"parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2"}),
+             "parallelism.pipeline.virtual_stages: pipeline_model_parallel_size 2 × virtual_stages 2 = 4 model "
+             "chunks need at least as many layers, but model.n_layer = 2"));
+  CHECK(only(pp2({"gradient_accumulation_steps=3", "model.n_layer=4", "parallelism.pipeline.schedule=interleaved",
+                  "parallelism.pipeline.virtual_stages=2"}),
+             "gradient_accumulation_steps: 3 micro-batches per step: the interleaved schedule needs a multiple of "
+             "pipeline_model_parallel_size 2"));
+  CHECK(only(problems(kTinyConfig, {"parallelism.pipeline_model_parallel_size=4"}, 4),
+             "parallelism.pipeline_model_parallel_size: 4 pipeline stages need at least as many layers, but "
+             "model.n_layer = 2"));
 }
 
 TEST_CASE("sequence parallelism needs TP to divide the micro-batch's token rows") {

@@ -1,0 +1,222 @@
+// Pipeline parallelism in the engine: the rank's chunks of the model (one Gpt per chunk and
+// in-flight micro-batch slot, all on the one parameter store), the executor that runs this
+// rank's schedule table (compute, and the stage-to-stage transfers of each Communicate action
+// posted as one group), the gradient reductions after it, the tied embeddings' gradient summed
+// between the first and last stage, and inference through every stage.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "parallel/parallel.h"
+#include "parallel/sharded_store.h"
+
+namespace strata {
+namespace {
+
+Tensor f32_view(float* base, int64_t offset, int64_t count, Device device) {
+  return Tensor(base + offset, DType::F32, {count}, device);
+}
+
+}  // namespace
+
+PipelineStagePlan pipeline_stage_plan(const PipelineSettings& ps, int n_layer, int stages, int stage) {
+  PipelineStagePlan plan;
+  plan.shape = {ps.schedule, stages, ps.schedule == PipeSchedule::Interleaved ? ps.virtual_stages : 1,
+                ps.micro_batches};
+  const std::string problem = pipe_shape_problem(plan.shape);
+  if (!problem.empty()) throw UserError("parallelism.pipeline: " + problem);
+  const int chunk_count = stages * plan.shape.virtual_stages;
+  const std::vector<ChunkLayers> layers = ps.partition.empty() ? uniform_partition(n_layer, chunk_count) : ps.partition;
+  if (static_cast<int>(layers.size()) != chunk_count || layers.back().end != n_layer) {
+    throw UserError("parallelism.pipeline.partition: " + std::to_string(layers.size()) + " chunks for " +
+                    std::to_string(chunk_count) + " (stages x virtual_stages) over model.n_layer " +
+                    std::to_string(n_layer));
+  }
+  for (int c = 0; c < plan.shape.virtual_stages; ++c) {
+    const int k = c * stages + stage;
+    const ChunkLayers& l = layers[static_cast<size_t>(k)];
+    if (l.count() < 1) throw UserError("parallelism.pipeline.partition: model chunk " + std::to_string(k) + " has no layer");
+    plan.chunks.push_back({l.begin, l.end, k == 0, k == chunk_count - 1});
+  }
+  plan.slots = std::max(1, pipe_in_flight_bound(plan.shape, stage));
+  return plan;
+}
+
+void Engine::plan_pipeline() {
+  if (!pp_) {
+    chunks_ = {GptChunk{}};
+    return;
+  }
+  stages_ = pp_->size();
+  stage_ = pp_->rank();
+  PipelineStagePlan plan = pipeline_stage_plan(settings_.pipeline, dims_.n_layer, stages_, stage_);
+  shape_ = plan.shape;
+  chunks_ = std::move(plan.chunks);
+  slots_ = plan.slots;
+  table_ = pipe_schedule(shape_, stage_);
+}
+
+void Engine::communicate(const PipeAction& action, int B, int T) {
+  // Messages between two stages are told apart by tag (MPI) and listed in one order on both
+  // sides (NCCL matches by order): activations before gradients, then by micro-batch and chunk.
+  auto key = [](const PipeTransfer& t) { return std::make_tuple(t.gradient, t.micro_batch, t.consumer_chunk); };
+  auto by_key = [&](const PipeTransfer& a, const PipeTransfer& b) { return key(a) < key(b); };
+  std::vector<PipeTransfer> sends = action.sends, recvs = action.recvs;
+  std::sort(sends.begin(), sends.end(), by_key);
+  std::sort(recvs.begin(), recvs.end(), by_key);
+  const int chunk_count = stages_ * shape_.virtual_stages;
+  auto tag = [&](const PipeTransfer& t) {
+    return ((t.micro_batch * chunk_count + t.consumer_chunk) * 2 + (t.gradient ? 1 : 0)) % 32768;
+  };
+  std::vector<Comm::Message> out, in;
+  for (const PipeTransfer& t : sends) {
+    // The producer is the chunk before the consumer (activations) or after it (gradients).
+    const int producer = t.gradient ? t.consumer_chunk + 1 : t.consumer_chunk - 1;
+    Gpt& g = chunk_model(producer / stages_, t.micro_batch);
+    out.push_back({t.gradient ? g.chunk_input_grad(B, T) : g.chunk_output(B, T), t.peer, tag(t)});
+  }
+  for (const PipeTransfer& t : recvs) {
+    Gpt& g = chunk_model(t.consumer_chunk / stages_, t.micro_batch);
+    in.push_back({t.gradient ? g.chunk_output_grad(B, T) : g.chunk_input(B, T), t.peer, tag(t)});
+  }
+  // The tensors sent were written by the backend's queued work: the communicator orders itself
+  // after it (staging copies, or NCCL's stream wait).
+  const Timer wait;
+  pp_->p2p_group_async(out, in)->wait();
+  times_.pipe_wait += wait.seconds();
+}
+
+std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& tokens,
+                                         const std::vector<const int32_t*>& targets, int B, int T, float dloss) {
+  if (!pp_) throw std::logic_error("Engine::pipeline_step without a pipeline");
+  const int m = static_cast<int>(tokens.size());
+  if (m != micro_batches_ || m != shape_.micro_batches || micro_index_ != 0 || targets.size() != tokens.size()) {
+    throw std::logic_error("Engine::pipeline_step: begin_step with the pipeline's micro-batch count first");
+  }
+  const float scaled_dloss = static_cast<float>(dloss * loss_scaler_.scale());
+  std::vector<float> losses(static_cast<size_t>(m), 0.0f);
+  const double tp_wait_before = tp_->wait_seconds();
+  for (const PipeAction& a : table_) {
+    if (a.kind == PipeAction::Kind::Communicate) {
+      communicate(a, B, T);
+      continue;
+    }
+    Gpt& g = chunk_model(a.chunk, a.micro_batch);
+    const size_t mb = static_cast<size_t>(a.micro_batch);
+    const Timer t;
+    if (a.kind == PipeAction::Kind::Forward) {
+      const float loss = g.forward_chunk(tokens[mb], targets[mb], B, T, true, scaled_dloss);
+      if (g.chunk().head) losses[mb] = loss;
+      times_.forward += phase_seconds(t);
+      continue;
+    }
+    // SP's partial layernorm gradients are completed once per reduction: stages 2-3 reduce
+    // every micro-batch, stages 0-1 the sum after the chunk's last one.
+    g.backward_chunk(scaled_dloss, settings_.zero_stage >= 2 || a.micro_batch + 1 == m);
+    if (settings_.zero_stage == 2) reduce_chunk_stage2(a.chunk);
+    times_.backward += phase_seconds(t);
+  }
+  times_.tp_wait += tp_->wait_seconds() - tp_wait_before;
+  const Timer t;
+  switch (settings_.zero_stage) {
+    case 0:
+    case 1:
+      reduce_tied_embeddings();
+      for (size_t k = 0; k < buckets_.size(); ++k) issue_reduction(k);
+      wait_reductions();
+      break;
+    case 2: reduce_tied_embeddings(); break;
+    default:
+      sharded_store_->finish_reductions();
+      reduce_tied_embeddings();
+      break;
+  }
+  times_.backward += phase_seconds(t);
+  micro_index_ = m;
+  return losses;
+}
+
+void Engine::reduce_chunk_stage2(int chunk) {
+  const GptChunk& c = chunks_[static_cast<size_t>(chunk)];
+  std::vector<int> groups;
+  if (c.embedding || c.head) groups.push_back(0);
+  for (int l = c.layer_begin; l < c.layer_end; ++l) groups.push_back(l + 1);
+  if (c.head) groups.push_back(dims_.n_layer + 1);
+  const Timer wait;
+  for (int group : groups) {
+    const PartitionUnit& u = partition_->units()[static_cast<size_t>(group)];
+    // The group's gradient, zero-padded to its unit, reduce-scattered into this rank's piece.
+    const Tensor padded = stage2_scratch_.view(0, DType::F32, {u.padded});
+    backend_.zero(padded);
+    const Tensor grads = f32_view(flat_grads(), u.begin, u.numel, device());
+    backend_.copy(grads, Tensor(padded.data, DType::F32, {u.numel}, padded.device));
+    const Tensor piece = f32_view(static_cast<float*>(recv_.data()), u.shard_offset, u.piece, device());
+    dp_.reduce_scatter(padded, piece, ReduceOp::Sum);
+    const Tensor acc = f32_view(static_cast<float*>(grad_shard_.data()), u.shard_offset, u.piece, device());
+    backend_.add(acc, acc, piece);
+    backend_.zero(grads);  // the chunk's next micro-batch accumulates from zero
+  }
+  times_.comm_wait += wait.seconds();
+}
+
+void Engine::reduce_tied_embeddings() {
+  if (!tied()) return;
+  const Timer wait;
+  if (settings_.zero_stage < 2) {
+    embedding_->all_reduce(f32_view(flat_grads(), groups_[0].begin, groups_[0].numel(), device()));
+  } else {
+    // Both stages lay the embeddings' group out alike, so their DP ranks own the same piece.
+    const PartitionUnit& u = partition_->units()[0];
+    float* shard = settings_.zero_stage == 2 ? static_cast<float*>(grad_shard_.data()) : sharded_store_->grads().f32();
+    embedding_->all_reduce(f32_view(shard, u.shard_offset, u.piece, device()));
+  }
+  times_.comm_wait += wait.seconds();
+}
+
+float Engine::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  if (!pp_) return model_->forward(tokens, targets, B, T);
+  // One micro-batch through the chunks in model order; each stage receives its input from the
+  // one before and passes its output on.
+  const int chunk_count = stages_ * shape_.virtual_stages;
+  float loss = 0.0f;
+  for (int k = 0; k < chunk_count; ++k) {
+    if (k % stages_ != stage_) continue;
+    Gpt& g = chunk_model(k / stages_, 0);
+    const Timer wait;
+    if (k > 0) pp_->recv(g.chunk_input(B, T), (k - 1) % stages_, 0);
+    times_.pipe_wait += wait.seconds();
+    if (g.chunk().head) {
+      loss = g.forward_chunk(tokens, targets, B, T, false, 0.0f);
+    } else {
+      g.forward_chunk(tokens, nullptr, B, T, false, 0.0f);
+      pp_->send(g.chunk_output(B, T), (k + 1) % stages_, 0);
+    }
+  }
+  return loss;
+}
+
+std::vector<float> Engine::last_token_logits(const int32_t* tokens, int T) {
+  if (!pp_) return model_->last_token_logits(tokens, T);
+  const int chunk_count = stages_ * shape_.virtual_stages;
+  std::vector<float> values(static_cast<size_t>(dims_.vocab_size));
+  for (int k = 0; k < chunk_count; ++k) {
+    if (k % stages_ != stage_) continue;
+    Gpt& g = chunk_model(k / stages_, 0);
+    if (k > 0) pp_->recv(g.chunk_input(1, T), (k - 1) % stages_, 0);
+    if (g.chunk().head) {
+      values = g.last_token_logits(tokens, T);
+    } else {
+      g.forward_chunk(tokens, nullptr, 1, T, false, 0.0f);
+      pp_->send(g.chunk_output(1, T), (k + 1) % stages_, 0);
+    }
+  }
+  // Every stage samples the same next token from the last stage's logits.
+  if (logits_row_.bytes() == 0) logits_row_ = backend_.allocate(values.size() * sizeof(float));
+  const Tensor row = logits_row_.view(0, DType::F32, {dims_.vocab_size});
+  if (last_stage()) backend_.copy(Tensor(values.data(), DType::F32, {dims_.vocab_size}, Device::CPU), row);
+  pp_->broadcast(row, stages_ - 1);
+  backend_.copy(row, Tensor(values.data(), DType::F32, {dims_.vocab_size}, Device::CPU));
+  return values;
+}
+
+}  // namespace strata

@@ -1,0 +1,55 @@
+"""Comparisons of training runs' metrics files for the equivalence tests (tests/mpi/).
+
+A run NAME wrote WORK/NAME.jsonl. check() compares every step's loss, and step 1's gradient
+norm, of a run with a reference run; check_text() also compares the validation losses and the
+sampled text. Problems collect in `bad`; finish() prints them and exits 1 if there are any.
+"""
+import json
+import sys
+
+
+class Runs:
+    def __init__(self, work, steps):
+        self.work, self.steps, self.bad = work, steps, []
+
+    def records(self, name, kind):
+        with open(f"{self.work}/{name}.jsonl") as f:
+            return [json.loads(line) for line in f if f'"type":"{kind}"' in line]
+
+    def figures(self, name, field):
+        out = {r["step"]: r[field] for r in self.records(name, "train")}
+        assert sorted(out) == list(range(1, self.steps + 1)), f"{name}: steps {sorted(out)}"
+        return [out[s] for s in sorted(out)]
+
+    def check(self, a, b, tol):
+        w = max(abs(x - y) / abs(y) for x, y in zip(self.figures(a, "loss"), self.figures(b, "loss")))
+        # Step 1's gradient norm (the same weights and batch; each replicated parameter counted
+        # once) agrees as closely as its loss. Later norms drift further than the losses: Adam
+        # turns the last-bit differences of near-zero gradients into whole steps of them.
+        g = abs(self.figures(a, "grad_norm")[0] / self.figures(b, "grad_norm")[0] - 1)
+        print(f"{a:>20} vs {b:<10} max relative loss difference {w:.2e} (tolerance {tol:.0e}), "
+              f"step 1 gradient norm {g:.2e}")
+        if w > tol:
+            self.bad.append(f"{a} vs {b}: {w:.2e} > {tol:.0e}")
+        if g > min(tol, 1e-6) and tol < 1e-2:
+            self.bad.append(f"{a} vs {b}: step 1 gradient norm {g:.2e}")
+
+    def check_text(self, a, b, tol, eval_steps):
+        """check(), and a's validation losses within tol of b's at eval_steps, the same samples."""
+        self.check(a, b, tol)
+        want = {r["step"]: r["val_loss"] for r in self.records(b, "eval")}
+        sample = [r["text"] for r in self.records(b, "sample")]
+        assert sorted(want) == eval_steps and len(sample) == 1, (want, sample)
+        got = {r["step"]: r["val_loss"] for r in self.records(a, "eval")}
+        w = max(abs(got[s] - want[s]) / want[s] for s in want)
+        mine = [r["text"] for r in self.records(a, "sample")]
+        print(f"{a:>20}: evaluation within {w:.2e}, sample {'identical' if mine == sample else 'DIFFERS'}")
+        if w > tol:
+            self.bad.append(f"{a}: val loss {w:.2e} > {tol:.0e}")
+        if mine != sample:
+            self.bad.append(f"{a}: sample {mine} != {sample}")
+
+    def finish(self):
+        if self.bad:
+            print("\n".join(self.bad))
+            sys.exit(1)
