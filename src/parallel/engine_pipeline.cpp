@@ -96,6 +96,7 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
   const float scaled_dloss = static_cast<float>(dloss * loss_scaler_.scale());
   std::vector<float> losses(static_cast<size_t>(m), 0.0f);
   const double tp_wait_before = tp_->wait_seconds();
+  const Timer run;
   for (const PipeAction& a : table_) {
     if (a.kind == PipeAction::Kind::Communicate) {
       communicate(a, B, T);
@@ -117,6 +118,7 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
     times_.backward += phase_seconds(t);
   }
   times_.tp_wait += tp_->wait_seconds() - tp_wait_before;
+  times_.pipeline += run.seconds();
   const Timer t;
   switch (settings_.zero_stage) {
     case 0:

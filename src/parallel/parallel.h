@@ -165,14 +165,12 @@ struct StepOutcome {
 // Seconds since begin_step; comm_wait is time blocked on DP collectives, tp_wait on the model's
 // tensor-parallel collectives (both included in the phase during which they happened).
 // Under pipeline parallelism pipe_wait is the time blocked in send/recv between stages (part
-// of no other phase), and the bubble the share of the pipeline's run (compute + pipe_wait) this
-// rank spent waiting.
+// of no other phase), pipeline the wall time of the schedule's table (its computes and
+// transfers, before the gradients' DP reduction), and the bubble the share of that run this
+// rank spent waiting on its neighbours.
 struct EngineTimes {
-  double forward = 0, backward = 0, comm_wait = 0, tp_wait = 0, optimizer = 0, pipe_wait = 0;
-  double bubble_fraction() const {
-    const double run = forward + backward + pipe_wait;
-    return run > 0 ? pipe_wait / run : 0.0;
-  }
+  double forward = 0, backward = 0, comm_wait = 0, tp_wait = 0, optimizer = 0, pipe_wait = 0, pipeline = 0;
+  double bubble_fraction() const { return pipeline > 0 ? pipe_wait / pipeline : 0.0; }
 };
 
 enum class StateKind { Params, ExpAvg, ExpAvgSq };
@@ -214,6 +212,7 @@ class Engine {
   // Slots per chunk: the micro-batches whose activations this rank keeps at once.
   int pipeline_slots() const { return slots_; }
   const std::vector<GptChunk>& chunks() const { return chunks_; }
+  const PipeShape& pipeline_shape() const { return shape_; }
   const TensorParallel& tensor_parallel() const { return *tp_; }
   int zero_stage() const { return settings_.zero_stage; }
   DType precision() const { return settings_.precision; }

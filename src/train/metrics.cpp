@@ -41,6 +41,15 @@ std::string format_step_line(const StepMetrics& m) {
                         m.step_seconds > 0 ? 100 * m.comm_wait_seconds / m.step_seconds : 0.0);
     if (m.tp_wait_seconds >= 0) line += fmt::format(", TP wait {:.0f} ms", m.tp_wait_seconds * 1e3);
   }
+  if (!m.stages.empty()) {
+    line += " | stages fwd/bwd/p2p wait/opt ms, bubble:";
+    for (size_t s = 0; s < m.stages.size(); ++s) {
+      const StepMetrics::StageTimes& st = m.stages[s];
+      line += fmt::format("{} {:.0f}/{:.0f}/{:.0f}/{:.0f} {:.0f}%", s ? "," : "", st.forward * 1e3, st.backward * 1e3,
+                          st.pipe_wait * 1e3, st.optimizer * 1e3, st.bubble * 100);
+    }
+    line += fmt::format(" (theory {:.0f}%)", m.bubble_theory * 100);
+  }
   return line;
 }
 
@@ -65,6 +74,20 @@ nlohmann::json step_record(const StepMetrics& m) {
     r["optimizer_s"] = m.optimizer_seconds;
     r["comm_wait_s"] = m.comm_wait_seconds;
     if (m.tp_wait_seconds >= 0) r["tp_wait_s"] = m.tp_wait_seconds;
+  }
+  if (!m.stages.empty()) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (size_t s = 0; s < m.stages.size(); ++s) {
+      const StepMetrics::StageTimes& st = m.stages[s];
+      stages.push_back({{"stage", s},
+                        {"forward_s", st.forward},
+                        {"backward_s", st.backward},
+                        {"pipe_wait_s", st.pipe_wait},
+                        {"optimizer_s", st.optimizer},
+                        {"bubble", st.bubble}});
+    }
+    r["stages"] = stages;
+    r["bubble_theory"] = m.bubble_theory;
   }
   if (!m.comm.is_null()) r["comm"] = m.comm;
   if (!m.comm_calls.is_null()) r["comm_calls"] = m.comm_calls;

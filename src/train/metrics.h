@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace strata {
 
@@ -23,6 +24,13 @@ struct StepMetrics {
   // part of the phase it happened in
   double forward_seconds = -1, backward_seconds = -1, comm_wait_seconds = -1, optimizer_seconds = -1;
   double tp_wait_seconds = -1;
+  // Under pipeline parallelism, each stage's phases (its DP rank 0, TP rank 0) and the bubble it
+  // measured (the share of the schedule's run spent waiting on its neighbours), beside theory's.
+  struct StageTimes {
+    double forward = 0, backward = 0, pipe_wait = 0, optimizer = 0, bubble = 0;
+  };
+  std::vector<StageTimes> stages;
+  double bubble_theory = -1;
   // fp16: the loss scale the step's gradients carried (< 0 outside fp16); whether a non-finite
   // gradient skipped the optimizer step, and whether that was a fault (not an fp16 overflow the
   // loss scale answers)

@@ -107,6 +107,13 @@ bool Trainer::train_step(StepMetrics& m) {
     m.comm_wait_seconds = t.comm_wait;
     if (cfg_.derived.tp_size > 1) m.tp_wait_seconds = t.tp_wait;
     m.optimizer_seconds = t.optimizer;
+    if (engine_.pipeline_stages() > 1) {
+      // Every stage's figures, from the ranks of this pipeline (rank 0's: DP 0, TP 0).
+      const std::vector<double> all =
+          all_gather_doubles(topology_.pp(), {t.forward, t.backward, t.pipe_wait, t.optimizer, t.bubble_fraction()});
+      for (size_t s = 0; s + 4 < all.size(); s += 5) m.stages.push_back({all[s], all[s + 1], all[s + 2], all[s + 3], all[s + 4]});
+      m.bubble_theory = pipe_bubble_theory(engine_.pipeline_shape());
+    }
   }
   return true;
 }

@@ -2,7 +2,7 @@
 
 A run NAME wrote WORK/NAME.jsonl. check() compares every step's loss, and step 1's gradient
 norm, of a run with a reference run; check_text() also compares the validation losses and the
-sampled text. Problems collect in `bad`; finish() prints them and exits 1 if there are any.
+sampled text; check_resumed() compares a resumed run's steps with an uninterrupted run. Problems collect in `bad`; finish() prints them and exits 1 if there are any.
 """
 import json
 import sys
@@ -48,6 +48,20 @@ class Runs:
             self.bad.append(f"{a}: val loss {w:.2e} > {tol:.0e}")
         if mine != sample:
             self.bad.append(f"{a}: sample {mine} != {sample}")
+
+    def losses(self, name):
+        """step -> loss, the last record of each step winning (a resumed run repeats steps)."""
+        return {r["step"]: r["loss"] for r in self.records(name, "train")}
+
+    def check_resumed(self, name, ref, first_step, tol):
+        """name's losses at steps first_step..steps within tol of the uninterrupted run ref."""
+        want, got = self.losses(ref), self.losses(name)
+        if sorted(got) != list(range(first_step, self.steps + 1)):
+            self.bad.append(f"{name}: steps {sorted(got)}")
+        worst = max(abs(got[s] - want[s]) / abs(want[s]) for s in got)
+        print(f"{name:>20}: max relative difference to the uninterrupted run {ref} {worst:.2e} (tolerance {tol:.0e})")
+        if worst > tol:
+            self.bad.append(f"{name}: {worst:.2e} > {tol:.0e}")
 
     def finish(self):
         if self.bad:

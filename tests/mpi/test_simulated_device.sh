@@ -5,7 +5,7 @@
 # bf16/fp16 masters), AdamW, the MPI communicators' host staging, evaluation, sampling,
 # checkpoint save/resume and --dump-grads all run exactly as they do on a GPU. Its arithmetic is
 # the CPU backend's, so every figure must equal the plain CPU run bit for bit (tensor
-# parallelism's collectives and vocab-parallel loss included); a checkpoint
+# parallelism's collectives and vocab-parallel loss, pipeline transfers included); a checkpoint
 # written from the simulated device resumes on the CPU and the other way round.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
@@ -46,6 +46,16 @@ pair tp2_sp_bf16_z0 2 --set parallelism.tensor_model_parallel_size=2 --set paral
   --set bf16.enabled=true --set model.recompute=selective
 pair tp2_dp2_z3 4 --set parallelism.tensor_model_parallel_size=2 --set zero_optimization.stage=3 \
   --set gradient_accumulation_steps=1
+# Pipeline transfers, the tied embedding's reduction and the pipelined evaluation and sampling
+# on device memory, at every ZeRO stage.
+pp2=(--set parallelism.pipeline_model_parallel_size=2 --set model.n_layer=4 --set gradient_accumulation_steps=4)
+pair pp2_interleaved_bf16 2 "${pp2[@]}" --set parallelism.pipeline.schedule=interleaved \
+  --set parallelism.pipeline.virtual_stages=2 --set bf16.enabled=true
+for stage in 1 2 3; do
+  pair "pp2_dp2_z$stage" 4 "${pp2[@]}" --set gradient_accumulation_steps=2 --set zero_optimization.stage="$stage"
+done
+pair pp2_tp2_sp_fp16_z0 4 "${pp2[@]}" --set parallelism.tensor_model_parallel_size=2 \
+  --set parallelism.sequence_parallel=true "${fp16[@]}"
 
 # Checkpoints cross between the two: stop at step 4 on one, finish on the other.
 run sim_to_cpu 2 1 --set zero_optimization.stage=3 --set bf16.enabled=true --set train.iters=4 \
