@@ -6,8 +6,10 @@
 # one rank, each continuing the uninterrupted single-rank curve within 1e-5 relative. The same
 # initial weights saved at PP 1, at PP 2 with stages [1, 3] and at TP 2 × PP 4 export to the same
 # HuggingFace folder bit for bit. SIGTERM to one rank of a PP 2 run stops both stages after the
-# same step with a checkpoint (exit 0), which resumes on one rank.
+# same step with a checkpoint (exit 0), which resumes on one rank. SIGKILL to the last stage ends
+# the job within 60 s naming the lost rank, and the run resumes from its last checkpoint.
 source "$(dirname "$0")/../lib/common.sh"
+source "$(dirname "$0")/../mpi_unit/failure_helpers.sh"
 make_text_data "$WORK/data"
 
 # run NAME NP PP GAS STAGE [--set ...]: a 4-layer model up to step 20, global batch 16.
@@ -76,4 +78,20 @@ stopped=$(grep -o 'stopping after step [0-9]*' "$WORK/sig.log" | head -n 1 | gre
 run_expect 0 "$STRATA" train --config "$WORK/sig.yaml" --set model.n_layer=4 --set gradient_accumulation_steps=4 \
   --set train.iters=$((stopped + 2))
 expect_contains "$OUT" "at step $stopped"
+
+# SIGKILL to the last stage mid-run (checkpoints every 2 steps): the job ends, naming rank 1; the
+# same command resumes from the newest complete checkpoint and finishes.
+write_small_config "$WORK/kill.yaml" "$WORK/data" "train: {iters: 100000, seed: 9}" \
+  "checkpoint: {dir: \"$WORK/ckpt_kill\", save_interval: 2}"
+kill_args=(--config "$WORK/kill.yaml" --set model.n_layer=4 --set parallelism.pipeline_model_parallel_size=2
+  --set gradient_accumulation_steps=4)
+START_MARKER="saved checkpoint" start_job "$WORK/kill.log" -np 2 "$STRATA" train "${kill_args[@]}"
+kill -KILL "$(rank_pid 1)"
+rc=0; wait_job 60 || rc=$?
+[ "$rc" -ne 0 ] || { cat "$WORK/kill.log"; fail "job exited 0 after the last stage was killed"; }
+grep -qE "rank 1[^0-9]" "$WORK/kill.log" || { cat "$WORK/kill.log"; fail "output does not name rank 1"; }
+saved=$(cat "$WORK/ckpt_kill/latest")
+run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train "${kill_args[@]}" \
+  --set train.iters=$((10#${saved#step_} + 4))
+expect_contains "$OUT" "resumed from $WORK/ckpt_kill/$saved"
 echo ok
