@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Pipeline benchmark: trains one model at PP 1 and at each pipeline size, schedule and
 # micro-batch count asked for, with wall_clock_breakdown on, and prints per configuration the
-# step time, tokens/s, each stage's measured bubble (its time waiting on neighbours as a share of
-# the schedule's run, averaged over the timed steps) and theory's (p − 1)/(v·m + p − 1). The
-# measured bubble also holds the transfers themselves and any imbalance between stages, so it is
-# at or above theory; a rank per core (or GPU) is needed for the figures to mean anything.
+# step time, tokens/s, each stage's measured bubble (the share of the pipeline's span it was not
+# computing, averaged over the timed steps) and theory's (p − 1)/(v·m + p − 1). The measured
+# bubble also holds the transfers and any imbalance between the stages' costs (the first holds
+# the embeddings, the last the LM head and loss); a rank per core (or GPU) is needed for the
+# figures to mean anything. STRATA_PIPE_COST_MS=F,B in the environment gives every chunk's forward
+# and backward a fixed least duration, for stages of equal cost.
 #
 # Usage: scripts/bench_pipeline.sh OUTDIR
 # Environment:

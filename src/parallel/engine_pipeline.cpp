@@ -4,8 +4,10 @@
 // posted as one group), the gradient reductions after it, the tied embeddings' gradient summed
 // between the first and last stage, and inference through every stage.
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "parallel/parallel.h"
 #include "parallel/sharded_store.h"
@@ -15,6 +17,14 @@ namespace {
 
 Tensor f32_view(float* base, int64_t offset, int64_t count, Device device) {
   return Tensor(base + offset, DType::F32, {count}, device);
+}
+
+// Pads a compute that began at `began` to at least `seconds` (the pipeline's cost hook).
+void pad_to(Backend& backend, const Timer& began, double seconds) {
+  if (seconds <= 0) return;
+  backend.synchronize();
+  const double rest = seconds - began.seconds();
+  if (rest > 0) std::this_thread::sleep_for(std::chrono::duration<double>(rest));
 }
 
 }  // namespace
@@ -96,6 +106,9 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
   const float scaled_dloss = static_cast<float>(dloss * loss_scaler_.scale());
   std::vector<float> losses(static_cast<size_t>(m), 0.0f);
   const double tp_wait_before = tp_->wait_seconds();
+  // Measured, the stages start the table together, so that the longest run is the span of the
+  // pipeline (the bubble's denominator) rather than that plus the stages' skew.
+  if (settings_.synchronize_phases) pp_->barrier();
   const Timer run;
   for (const PipeAction& a : table_) {
     if (a.kind == PipeAction::Kind::Communicate) {
@@ -108,6 +121,7 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
     if (a.kind == PipeAction::Kind::Forward) {
       const float loss = g.forward_chunk(tokens[mb], targets[mb], B, T, true, scaled_dloss);
       if (g.chunk().head) losses[mb] = loss;
+      pad_to(backend_, t, settings_.pipeline.forward_seconds);
       times_.forward += phase_seconds(t);
       continue;
     }
@@ -115,6 +129,7 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
     // every micro-batch, stages 0-1 the sum after the chunk's last one.
     g.backward_chunk(scaled_dloss, settings_.zero_stage >= 2 || a.micro_batch + 1 == m);
     if (settings_.zero_stage == 2) reduce_chunk_stage2(a.chunk);
+    pad_to(backend_, t, settings_.pipeline.backward_seconds);
     times_.backward += phase_seconds(t);
   }
   times_.tp_wait += tp_->wait_seconds() - tp_wait_before;

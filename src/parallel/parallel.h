@@ -106,6 +106,10 @@ struct PipelineSettings {
   int virtual_stages = 1;
   std::vector<ChunkLayers> partition;
   int micro_batches = 1;
+  // When > 0, every chunk's forward and backward last at least this long (seconds; a sleep pads
+  // them): micro-batches of a known, equal cost on every stage, for measuring the bubble
+  // against theory (STRATA_PIPE_COST_MS).
+  double forward_seconds = 0, backward_seconds = 0;
 };
 
 // What one pipeline stage runs: its schedule's shape, its model chunks (chunk c of the stage is
@@ -165,12 +169,10 @@ struct StepOutcome {
 // Seconds since begin_step; comm_wait is time blocked on DP collectives, tp_wait on the model's
 // tensor-parallel collectives (both included in the phase during which they happened).
 // Under pipeline parallelism pipe_wait is the time blocked in send/recv between stages (part
-// of no other phase), pipeline the wall time of the schedule's table (its computes and
-// transfers, before the gradients' DP reduction), and the bubble the share of that run this
-// rank spent waiting on its neighbours.
+// of no other phase) and pipeline the wall time of the schedule's table (its computes and
+// transfers, before the gradients' DP reduction): pipeline − pipe_wait is the stage's busy time.
 struct EngineTimes {
   double forward = 0, backward = 0, comm_wait = 0, tp_wait = 0, optimizer = 0, pipe_wait = 0, pipeline = 0;
-  double bubble_fraction() const { return pipeline > 0 ? pipe_wait / pipeline : 0.0; }
 };
 
 enum class StateKind { Params, ExpAvg, ExpAvgSq };

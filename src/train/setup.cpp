@@ -2,6 +2,9 @@
 // checks of what this build can run.
 #include <fmt/core.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "train/train_internal.h"
 
 namespace strata {
@@ -73,6 +76,20 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
                                                                        : PipeSchedule::OneFOneB;
   s.pipeline.virtual_stages = s.pipeline.schedule == PipeSchedule::Interleaved ? pl.virtual_stages : 1;
   s.pipeline.micro_batches = cfg.derived.grad_accum;
+  // STRATA_PIPE_COST_MS="F,B": every chunk's forward lasts at least F ms and its backward B ms,
+  // so that micro-batches have a known, equal cost on every stage (measuring the bubble).
+  if (const char* delay = std::getenv("STRATA_PIPE_COST_MS"); delay && *delay && stages > 1) {
+    char comma = 0, rest = 0;
+    double forward_ms = -1, backward_ms = -1;
+    if (std::sscanf(delay, "%lf %c %lf %c", &forward_ms, &comma, &backward_ms, &rest) != 3 || comma != ',' ||
+        !(forward_ms >= 0 && forward_ms <= 60000) || !(backward_ms >= 0 && backward_ms <= 60000)) {
+      throw UserError(fmt::format("STRATA_PIPE_COST_MS: '{}' is not 'F,B' (the least milliseconds of every "
+                                  "pipeline forward and backward, 0 to 60000 each)",
+                                  delay));
+    }
+    s.pipeline.forward_seconds = forward_ms / 1e3;
+    s.pipeline.backward_seconds = backward_ms / 1e3;
+  }
   if (stages > 1) {
     const GptDims dims = gpt_dims_from_config(cfg);
     const int chunks = stages * s.pipeline.virtual_stages;

@@ -108,10 +108,18 @@ bool Trainer::train_step(StepMetrics& m) {
     if (cfg_.derived.tp_size > 1) m.tp_wait_seconds = t.tp_wait;
     m.optimizer_seconds = t.optimizer;
     if (engine_.pipeline_stages() > 1) {
-      // Every stage's figures, from the ranks of this pipeline (rank 0's: DP 0, TP 0).
+      // Every stage's figures, from the ranks of this pipeline (rank 0's: DP 0, TP 0). The stages
+      // start the schedule together (the previous step ended in collectives over all of them), so
+      // the longest run is the pipeline's span; a stage's bubble is the share of the span it was
+      // not computing: waiting on a neighbour, or done before the others (as theory counts it).
       const std::vector<double> all =
-          all_gather_doubles(topology_.pp(), {t.forward, t.backward, t.pipe_wait, t.optimizer, t.bubble_fraction()});
-      for (size_t s = 0; s + 4 < all.size(); s += 5) m.stages.push_back({all[s], all[s + 1], all[s + 2], all[s + 3], all[s + 4]});
+          all_gather_doubles(topology_.pp(), {t.forward, t.backward, t.pipe_wait, t.optimizer, t.pipeline});
+      double span = 0;
+      for (size_t s = 4; s < all.size(); s += 5) span = std::max(span, all[s]);
+      for (size_t s = 0; s + 4 < all.size(); s += 5) {
+        const double busy = all[s + 4] - all[s + 2];
+        m.stages.push_back({all[s], all[s + 1], all[s + 2], all[s + 3], span > 0 ? 1 - busy / span : 0.0});
+      }
       m.bubble_theory = pipe_bubble_theory(engine_.pipeline_shape());
     }
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline parallelism reproduces the single-rank loss curve. From one seed, 12 steps of a
+# Pipeline parallelism reproduces the single-rank loss curve. From one seed, 20 steps of a
 # 4-layer model (global batch 16: micro 4 × 4 micro-batches at DP 1) on: PP = 2 and 4 with 1F1B,
 # GPipe at PP 2, interleaved 1F1B at PP 2 with 2 chunks per stage, uneven explicit stages
 # [1, 3], the parameter-balanced partition, full recompute; PP 2 × DP 2 at every ZeRO stage;
@@ -16,10 +16,10 @@
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 
-# run NAME NP [--set ...]: 12 steps, micro-batch 4 × 4 micro-batches per step.
+# run NAME NP [--set ...]: 20 steps, micro-batch 4 × 4 micro-batches per step.
 run() {
   local name="$1" np="$2"; shift 2
-  write_small_config "$WORK/$name.yaml" "$WORK/data" "train: {iters: 12, seed: 5}" \
+  write_small_config "$WORK/$name.yaml" "$WORK/data" "train: {iters: 20, seed: 5}" \
     "logging: {metrics_file: \"$WORK/$name.jsonl\"}"
   run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np "$np" "$STRATA" train --config "$WORK/$name.yaml" \
     --set model.n_layer=4 --set gradient_accumulation_steps=4 "$@"
@@ -49,7 +49,7 @@ run ref_bf16 1 --set bf16.enabled=true
 run pp2_bf16 2 $(pp 2) --set bf16.enabled=true
 run ref_fp16 1 --set fp16.enabled=true
 run pp2_dp2_z3_fp16 4 $(pp 2) $dp2 --set zero_optimization.stage=3 --set fp16.enabled=true
-text=(--set train.eval_interval=6 --set logging.sample_interval=12 --set logging.sample_tokens=24
+text=(--set train.eval_interval=10 --set logging.sample_interval=20 --set logging.sample_tokens=24
   --set logging.sample_prompt=the)
 run text_ref 1 "${text[@]}"
 run text_pp4 4 $(pp 4) "${text[@]}"
@@ -58,7 +58,7 @@ run text_pp2_dp2_z3 4 $(pp 2) $dp2 --set zero_optimization.stage=3 "${text[@]}"
 PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
 import sys
 from equivalence import Runs
-runs = Runs(sys.argv[1], steps=12)
+runs = Runs(sys.argv[1], steps=20)
 for name in ("pp2", "pp4", "pp2_gpipe", "pp2_interleaved", "pp2_explicit", "pp2_parameters", "pp2_full",
              "pp2_dp2_z0", "pp2_dp2_z1", "pp2_dp2_z2", "pp2_dp2_z3"):
     runs.check(name, "ref", 1e-6)
@@ -67,7 +67,7 @@ runs.check("grid_z3_sp", "ref", 1e-5)
 runs.check("pp2_bf16", "ref_bf16", 1e-4)
 runs.check("pp2_dp2_z3_fp16", "ref_fp16", 1e-4)
 for name in ("text_pp4", "text_pp2_dp2_z3"):
-    runs.check_text(name, "text_ref", 1e-6, eval_steps=[6, 12])
+    runs.check_text(name, "text_ref", 1e-6, eval_steps=[10, 20])
 runs.finish()
 PY
 echo ok
