@@ -12,6 +12,9 @@
 # - tensor parallelism, TP = 2 with sequence parallelism on two ranks sharing the GPU (MPI):
 #   fp32 within 1e-4 of the CPU curve, bf16 (with selective recompute) within 2% of the CPU's;
 #   on a machine with two GPUs or more, also TP = 2 over NCCL, one GPU per rank;
+# - pipeline parallelism, PP = 2 on two ranks sharing the GPU (MPI): fp32 within 1e-4 of the CPU
+#   curve, bf16 with ZeRO-1 within 2% of the CPU's; with two GPUs or more also over NCCL (the
+#   stages' sends and receives posted as one NCCL group);
 # - comm.backend: nccl at world size 1 equals the MPI-backed run bit for bit.
 # With STRATA_CUDA_BINARY set (ctest `emu: train`), the device: cuda runs use that binary, strata
 # built on the CPU emulator of the CUDA backend (tests/gpu/emu), and $1 gives the CPU curves; no
@@ -74,10 +77,16 @@ tp2=(--set parallelism.tensor_model_parallel_size=2 --set parallelism.sequence_p
 run gpu_tp2_fp32 2 cuda "${tp2[@]}" --set comm.backend=mpi
 expect_contains "$OUT" "layout: 2 rank(s) = DP 1 x TP 2 x PP 1"
 run gpu_tp2_bf16 2 cuda "${tp2[@]}" --set comm.backend=mpi --set bf16.enabled=true --set model.recompute=selective
+pp2=(--set parallelism.pipeline_model_parallel_size=2)
+run gpu_pp2_fp32 2 cuda "${pp2[@]}" --set comm.backend=mpi
+expect_contains "$OUT" "layout: 2 rank(s) = DP 1 x TP 1 x PP 2"
+run gpu_pp2_bf16 2 cuda "${pp2[@]}" --set comm.backend=mpi --set bf16.enabled=true --set zero_optimization.stage=1
 TP_NCCL=""
 if [ -z "$EMULATED" ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
   TP_NCCL=1
   run gpu_tp2_nccl 2 cuda "${tp2[@]}" --set comm.backend=nccl --set bf16.enabled=true
+  expect_contains "$OUT" "communication: nccl"
+  run gpu_pp2_nccl 2 cuda "${pp2[@]}" --set comm.backend=nccl --set bf16.enabled=true
   expect_contains "$OUT" "communication: nccl"
 fi
 if [ -n "$EMULATED" ]; then
@@ -119,7 +128,11 @@ for stage in (1, 3):
     within(f"gpu_dp2_bf16_z{stage}", "cpu_dp2_bf16", 0.02)
 within("gpu_tp2_fp32", "cpu_fp32", 1e-4)
 within("gpu_tp2_bf16", "cpu_bf16", 0.02)
-if tp_nccl: within("gpu_tp2_nccl", "cpu_bf16", 0.02)
+within("gpu_pp2_fp32", "cpu_fp32", 1e-4)
+within("gpu_pp2_bf16", "cpu_bf16", 0.02)
+if tp_nccl:
+    within("gpu_tp2_nccl", "cpu_bf16", 0.02)
+    within("gpu_pp2_nccl", "cpu_bf16", 0.02)
 if not emulated: identical("gpu_nccl", "gpu_fp32")
 first, last = losses("gpu_bf16")[0], losses("gpu_bf16")[-1]
 print(f"gpu bf16 loss {first:.4f} -> {last:.4f}")

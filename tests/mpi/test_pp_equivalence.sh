@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism reproduces the single-rank loss curve. From one seed, 20 steps of a
-# 4-layer model (global batch 16: micro 4 × 4 micro-batches at DP 1) on: PP = 2 and 4 with 1F1B,
-# GPipe at PP 2, interleaved 1F1B at PP 2 with 2 chunks per stage, uneven explicit stages
-# [1, 3], the parameter-balanced partition, full recompute; PP 2 × DP 2 at every ZeRO stage;
+# 4-layer model (global batch 16: micro 4 × 4 micro-batches at DP 1) on: PP = 2 and 4 with 1F1B
+# and GPipe, interleaved 1F1B with 2 chunks per stage at PP 2 (and at PP 4 on 8 layers), uneven
+# explicit stages [1, 3], the parameter-balanced partition, full recompute; PP 2 × DP 2 at every ZeRO stage;
 # the 8-rank grid DP 2 × TP 2 × PP 2 with ZeRO-1 and interleaving, and with ZeRO-3 and SP;
 # bf16 and fp16 (the loss scaler agreeing over every stage); evaluation and text samples at
 # PP 4 and DP 2 × PP 2 ZeRO-3. What holds:
@@ -35,8 +35,12 @@ expect_contains "$OUT" "layout: 2 rank(s) = DP 1 x TP 1 x PP 2"
 expect_contains "$OUT" "pipeline: 1f1b, 4 micro-batches, stages [0, 2) [2, 4)"
 run pp4 4 $(pp 4)
 run pp2_gpipe 2 $(pp 2) --set parallelism.pipeline.schedule=gpipe
+run pp4_gpipe 4 $(pp 4) --set parallelism.pipeline.schedule=gpipe
 run pp2_interleaved 2 $(pp 2) "${il[@]}"
 expect_contains "$OUT" "interleaved x 2, 4 micro-batches, stages [0, 1)+[2, 3) [1, 2)+[3, 4)"
+# Interleaving at PP 4 needs 8 layers (two chunks per stage): against an 8-layer single rank.
+run ref8 1 --set model.n_layer=8
+run pp4_interleaved 4 $(pp 4) "${il[@]}" --set model.n_layer=8
 run pp2_explicit 2 $(pp 2) --set "parallelism.pipeline.partition=[1, 3]"
 expect_contains "$OUT" "stages [0, 1) [1, 4)"
 run pp2_parameters 2 $(pp 2) --set parallelism.pipeline.partition=parameters
@@ -59,7 +63,8 @@ PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
 import sys
 from equivalence import Runs
 runs = Runs(sys.argv[1], steps=20)
-for name in ("pp2", "pp4", "pp2_gpipe", "pp2_interleaved", "pp2_explicit", "pp2_parameters", "pp2_full",
+runs.check("pp4_interleaved", "ref8", 1e-6)
+for name in ("pp2", "pp4", "pp2_gpipe", "pp4_gpipe", "pp2_interleaved", "pp2_explicit", "pp2_parameters", "pp2_full",
              "pp2_dp2_z0", "pp2_dp2_z1", "pp2_dp2_z2", "pp2_dp2_z3"):
     runs.check(name, "ref", 1e-6)
 runs.check("grid_z1_interleaved", "ref", 1e-5)

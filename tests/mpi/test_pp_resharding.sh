@@ -7,7 +7,8 @@
 # initial weights saved at PP 1, at PP 2 with stages [1, 3] and at TP 2 × PP 4 export to the same
 # HuggingFace folder bit for bit. SIGTERM to one rank of a PP 2 run stops both stages after the
 # same step with a checkpoint (exit 0), which resumes on one rank. SIGKILL to the last stage ends
-# the job within 60 s naming the lost rank, and the run resumes from its last checkpoint.
+# the job within 60 s naming the lost rank, and the run resumes from its last checkpoint bit for
+# bit.
 source "$(dirname "$0")/../lib/common.sh"
 source "$(dirname "$0")/../mpi_unit/failure_helpers.sh"
 make_text_data "$WORK/data"
@@ -80,7 +81,8 @@ run_expect 0 "$STRATA" train --config "$WORK/sig.yaml" --set model.n_layer=4 --s
 expect_contains "$OUT" "at step $stopped"
 
 # SIGKILL to the last stage mid-run (checkpoints every 2 steps): the job ends, naming rank 1; the
-# same command resumes from the newest complete checkpoint and finishes.
+# same command resumes from the newest complete checkpoint and continues the uninterrupted run's
+# losses bit for bit.
 write_small_config "$WORK/kill.yaml" "$WORK/data" "train: {iters: 100000, seed: 9}" \
   "checkpoint: {dir: \"$WORK/ckpt_kill\", save_interval: 2}"
 kill_args=(--config "$WORK/kill.yaml" --set model.n_layer=4 --set parallelism.pipeline_model_parallel_size=2
@@ -91,7 +93,12 @@ rc=0; wait_job 60 || rc=$?
 [ "$rc" -ne 0 ] || { cat "$WORK/kill.log"; fail "job exited 0 after the last stage was killed"; }
 grep -qE "rank 1[^0-9]" "$WORK/kill.log" || { cat "$WORK/kill.log"; fail "output does not name rank 1"; }
 saved=$(cat "$WORK/ckpt_kill/latest")
-run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train "${kill_args[@]}" \
-  --set train.iters=$((10#${saved#step_} + 4))
+until=$((10#${saved#step_} + 4))
+run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train "${kill_args[@]}" --set train.iters=$until \
+  --set logging.metrics_file="$WORK/killed.jsonl"
 expect_contains "$OUT" "resumed from $WORK/ckpt_kill/$saved"
+run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train "${kill_args[@]}" --set train.iters=$until \
+  --set checkpoint.dir="$WORK/ckpt_whole" --set logging.metrics_file="$WORK/whole.jsonl"
+diff <(train_losses "$WORK/killed.jsonl") <(train_losses "$WORK/whole.jsonl" | tail -n 4) ||
+  fail "the run resumed after the kill differs from the uninterrupted run"
 echo ok
