@@ -120,15 +120,19 @@ fi
 
 # ---- dependencies ----
 arch=x86_64-linux-gnu
-debian_dev_packages=(libopenmpi-dev openmpi-bin libyaml-cpp-dev libfmt-dev libcli11-dev catch2
-  nlohmann-json3-dev libopenblas-dev)
 
+# system_has_deps: the build's own configure step finds everything it needs on the system
+# (mpicc, the headers and CMake packages of OpenMPI, yaml-cpp, fmt, CLI11, nlohmann-json,
+# OpenBLAS and Catch2 v2 or v3), whichever packages or prefixes provide them. Its log goes to
+# setup.log.
 system_has_deps() {
-  command -v dpkg-query >/dev/null 2>&1 || return 1
-  local p
-  for p in "${debian_dev_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || return 1
-  done
+  command -v mpicc >/dev/null 2>&1 || return 1
+  local probe="$out/.configure-probe" rc=0
+  rm -rf "$probe"
+  printf '\n===== dependencies: does the system have what the build needs?\n' >>"$setup_log"
+  cmake -S "$root" -B "$probe" "${cmake_args[@]}" >>"$setup_log" 2>&1 || rc=$?
+  rm -rf "$probe"
+  return "$rc"
 }
 
 # extract_deb DEB DIR: dpkg -x, or ar + tar where dpkg is missing (a non-Debian system).
@@ -220,7 +224,7 @@ elif compgen -G "$bundle/*.deb" >/dev/null && ! system_has_deps; then
     record "dependencies" FAIL $((SECONDS - start)) "unpacking the bundle failed; see setup.log"
     finish
   fi
-elif system_has_deps || command -v mpicc >/dev/null 2>&1; then
+elif command -v mpicc >/dev/null 2>&1; then  # no bundle, or the system passed the probe
   record "dependencies" PASS 0 "the system's packages"
 else
   record "dependencies" FAIL 0 "no OpenMPI etc. and no bundle in $bundle: run scripts/gpu_bundle.sh on Debian first"

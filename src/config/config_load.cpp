@@ -1,6 +1,7 @@
 // Loading: YAML text → tree, `--set` overrides spliced into the tree (so an override is
 // type-checked exactly like the file), typed parse, validation, resolution. Problems from
 // all stages are reported together; only a YAML syntax error stops early.
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -124,6 +125,23 @@ Config load_config_text(const std::string& yaml_text, const std::vector<std::str
 }
 
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+  // Only a regular file of a config's size: a directory would read as an empty config, and a
+  // device such as /dev/zero would be read without end.
+  constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status))
+    throw UserError(fmt::format("config file '{}': is a directory, not a YAML or JSON file", path));
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw UserError(fmt::format("config file '{}': is not a regular file (a device, pipe or socket); give a YAML or "
+                                "JSON file",
+                                path));
+  if (std::filesystem::is_regular_file(status)) {
+    const uintmax_t bytes = std::filesystem::file_size(path, ec);
+    if (!ec && bytes > kMaxConfigBytes)
+      throw UserError(fmt::format("config file '{}': {} bytes is too large for a config (at most {} MiB)", path,
+                                  bytes, kMaxConfigBytes >> 20));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(fmt::format("config file '{}': cannot open it (check the path)", path));
   std::ostringstream text;

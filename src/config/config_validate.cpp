@@ -3,7 +3,9 @@
 // Every problem is collected, in a fixed order, so a user fixes a config in one pass.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -44,6 +46,12 @@ void check_optimizer(const OptimizerConfig& o, Problems& p) {
   if (!(b[0] >= 0 && b[0] < 1 && b[1] >= 0 && b[1] < 1))
     p.add("optimizer.params.betas", fmt::format("each beta must be in [0, 1), got [{}, {}]", b[0], b[1]));
   p.positive("optimizer.params.eps", o.params.eps);
+  // Adam's state is fp32: an eps below fp32's smallest normal number flushes to 0 (and a zero
+  // second moment then divides by it); 1 or more swamps every update.
+  const double eps = o.params.eps;
+  if (eps > 0 && (eps < std::numeric_limits<float>::min() || eps >= 1))
+    p.add("optimizer.params.eps", fmt::format("must be at least fp32's smallest normal number {:g} and below 1, got {:g}",
+                                              static_cast<double>(std::numeric_limits<float>::min()), eps));
   p.at_least("optimizer.params.weight_decay", o.params.weight_decay, 0.0);
   if (o.type == OptimizerType::AdamW && !o.params.adam_w_mode)
     p.add("optimizer.params.adam_w_mode",
@@ -85,6 +93,12 @@ void check_precision(const Config& c, Problems& p) {
   p.at_least("fp16.loss_scale_window", f.loss_scale_window, 1);
   p.at_least("fp16.hysteresis", f.hysteresis, 1);
   p.positive("fp16.min_loss_scale", f.min_loss_scale);
+  // Dynamic scaling starts at 2^initial_scale_power and halves on overflow down to the minimum:
+  // a minimum above the start would make an overflow raise the scale.
+  if (f.loss_scale == 0 && f.initial_scale_power >= 0 && f.initial_scale_power <= 64 &&
+      f.min_loss_scale > std::ldexp(1.0, f.initial_scale_power))
+    p.add("fp16.min_loss_scale", fmt::format("{:g} is above the initial scale 2^initial_scale_power = {:g}",
+                                             f.min_loss_scale, std::ldexp(1.0, f.initial_scale_power)));
   if (c.fp16.enabled && c.bf16.enabled)
     p.add("bf16.enabled", "fp16 and bf16 are both enabled; enable at most one of them");
 }

@@ -39,17 +39,27 @@ struct TokenDataset::Mapping {
 
 namespace {
 
-// Index of the first token >= vocab_size, or -1. The max-reduction pass vectorizes; the
-// position is searched for only when a bad token exists.
+// The first token >= vocab_size (position -1 when none) and the largest token of the shard,
+// which is what model.vocab_size must exceed. The max-reduction pass vectorizes; the position is
+// searched for only when a bad token exists.
+struct VocabCheck {
+  int64_t first_bad = -1, first_bad_token = 0, largest = 0;
+};
 template <typename TokenT>
-int64_t first_token_out_of_vocab(const TokenT* tokens, int64_t count, int64_t vocab_size) {
+VocabCheck check_vocab(const TokenT* tokens, int64_t count, int64_t vocab_size) {
   TokenT max_token = 0;
   for (int64_t i = 0; i < count; ++i) max_token = std::max(max_token, tokens[i]);
-  if (count == 0 || static_cast<int64_t>(max_token) < vocab_size) return -1;
+  VocabCheck out;
+  out.largest = static_cast<int64_t>(max_token);
+  if (count == 0 || out.largest < vocab_size) return out;
   for (int64_t i = 0; i < count; ++i) {
-    if (static_cast<int64_t>(tokens[i]) >= vocab_size) return i;
+    if (static_cast<int64_t>(tokens[i]) >= vocab_size) {
+      out.first_bad = i;
+      out.first_bad_token = static_cast<int64_t>(tokens[i]);
+      break;
+    }
   }
-  return -1;
+  return out;
 }
 
 std::shared_ptr<const TokenDataset::Mapping> open_shard(const std::string& path, int vocab_size,
@@ -128,21 +138,16 @@ std::shared_ptr<const TokenDataset::Mapping> open_shard(const std::string& path,
   }
 
   // The header is 1024 bytes into a page-aligned mapping, so the token array is aligned.
-  const int64_t bad =
+  const VocabCheck vocab =
       mapping->token_bytes == 2
-          ? first_token_out_of_vocab(reinterpret_cast<const uint16_t*>(mapping->tokens()), count,
-                                     vocab_size)
-          : first_token_out_of_vocab(reinterpret_cast<const uint32_t*>(mapping->tokens()), count,
-                                     vocab_size);
-  if (bad >= 0) {
-    const int64_t token = mapping->token_bytes == 2
-                              ? reinterpret_cast<const uint16_t*>(mapping->tokens())[bad]
-                              : reinterpret_cast<const uint32_t*>(mapping->tokens())[bad];
-    throw UserError(where + "token " + std::to_string(token) + " at position " +
-                    std::to_string(bad) + " is \u2265 vocab_size " + std::to_string(vocab_size) +
-                    " (the data was encoded with another tokenizer: re-encode it for this "
-                    "model, or set model.vocab_size to at least " + std::to_string(token + 1) +
-                    ")");
+          ? check_vocab(reinterpret_cast<const uint16_t*>(mapping->tokens()), count, vocab_size)
+          : check_vocab(reinterpret_cast<const uint32_t*>(mapping->tokens()), count, vocab_size);
+  if (vocab.first_bad >= 0) {
+    throw UserError(where + "token " + std::to_string(vocab.first_bad_token) + " at position " +
+                    std::to_string(vocab.first_bad) + " is \u2265 vocab_size " + std::to_string(vocab_size) +
+                    " (the data was encoded with another tokenizer: re-encode it for this model, or set "
+                    "model.vocab_size to at least " + std::to_string(vocab.largest + 1) +
+                    ", the shard's largest token + 1)");
   }
   return mapping;
 }

@@ -28,6 +28,16 @@ grep -q "fp16" <<<"$OUT" && grep -q "bf16" <<<"$OUT" || fail "fp16+bf16 conflict
 problems=$(grep -c "^error:   " <<<"$OUT" || true)
 [ "$problems" -ge 5 ] || { echo "$OUT"; fail "expected at least 5 problems listed, got $problems"; }
 
+# Only regular files of a config's size are read: a directory is not an empty config, and a
+# device is not read without end.
+run_expect 2 "$STRATA" config "$WORK"
+expect_contains "$OUT" "config file '$WORK': is a directory, not a YAML or JSON file"
+run_expect 2 "$STRATA" config /dev/zero
+expect_contains "$OUT" "config file '/dev/zero': is not a regular file"
+head -c $((17 << 20)) /dev/zero | tr '\0' ' ' > "$WORK/huge.yaml"
+run_expect 2 "$STRATA" config "$WORK/huge.yaml"
+expect_contains "$OUT" "bytes is too large for a config (at most 16 MiB)"
+
 run_expect 0 "$STRATA" config "$SRC/configs/examples/ds_config.json" --world-size 8
 echo "$OUT"
 expect_contains "$OUT" "dp_size: 8"

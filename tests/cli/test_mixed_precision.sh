@@ -33,6 +33,13 @@ overflow_settings=(--set fp16.enabled=true --set fp16.initial_scale_power=26 --s
 run overflow "${overflow_settings[@]}" --set train.iters=12
 expect_contains "$OUT" "fp16 overflow at step 1: loss scale 67108864 → 33554432, step skipped"
 
+# A static scale that always overflows cannot be lowered: each skipped step counts towards
+# train.max_nonfinite_steps (default 3), so the run stops at step 4 with exit 1 instead of
+# skipping every step and reporting "done".
+run_expect 1 "$STRATA" train --config "$WORK/fp32.yaml" --set fp16.enabled=true --set fp16.loss_scale=1e30 \
+  --set train.iters=40 --set logging.metrics_file="$WORK/static.jsonl"
+expect_contains "$OUT" "4 steps in a row had a non-finite gradient (more than train.max_nonfinite_steps 3)"
+
 # Resume: the same runs interrupted after a checkpoint and resumed must repeat every loss.
 resume_pair() {
   local name="$1" total="$2" save_at="$3"; shift 3

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The measured pipeline bubble equals theory. With STRATA_PIPE_COST_MS every chunk's forward
-# and backward last a known time (20 and 40 ms, padding the tiny model's own compute), so
+# and backward last a known time (40 and 80 ms, padding the tiny model's own compute), so
 # micro-batches cost the same on every stage; wall_clock_breakdown then reports
 # each stage's bubble (its send/recv wait as a share of the schedule's run). Averaged over steps
 # 2-4, every stage's bubble is within 10% (relative) of theory's (p − 1)/(v·m + p − 1), with
@@ -15,7 +15,7 @@ run() {
   local name="$1" pp="$2" m="$3"; shift 3
   write_small_config "$WORK/$name.yaml" "$WORK/data" "train: {iters: 4, seed: 2}" "wall_clock_breakdown: true" \
     "logging: {metrics_file: \"$WORK/$name.jsonl\"}"
-  run_expect 0 env STRATA_PIPE_COST_MS=20,40 "$MPIRUN" "${MPI_FLAGS[@]}" -np "$pp" "$STRATA" train \
+  run_expect 0 env STRATA_PIPE_COST_MS=40,80 "$MPIRUN" "${MPI_FLAGS[@]}" -np "$pp" "$STRATA" train \
     --config "$WORK/$name.yaml" --set model.n_layer=4 --set parallelism.pipeline_model_parallel_size="$pp" \
     --set gradient_accumulation_steps="$m" "$@"
 }

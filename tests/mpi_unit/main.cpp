@@ -1,8 +1,10 @@
 // Main of the MPI Catch2 tests: MPI comes up through strata's own runtime (errors
 // returned, rank known to logging), every rank runs the same test cases in the same order,
 // and the job fails when any rank fails.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#define STRATA_CATCH_SESSION
+#include "catch_compat.h"
+
+#include <vector>
 
 #include "mpi_test_util.h"
 
@@ -19,8 +21,10 @@ int main(int argc, char** argv) {
   g_mpi = &mpi;
   Catch::Session session;
   // Other ranks report compactly (failures and one summary line), so logs stay readable.
-  if (mpi.world_rank() != 0) session.configData().reporterName = "compact";
-  const int parse = session.applyCommandLine(argc, argv);
+  std::vector<char*> args(argv, argv + argc);
+  char reporter_flag[] = "--reporter", compact[] = "compact";
+  if (mpi.world_rank() != 0) args.insert(args.end(), {reporter_flag, compact});
+  const int parse = session.applyCommandLine(static_cast<int>(args.size()), args.data());
   if (parse != 0) return parse;
   const int failed = session.run();
   return failed == 0 ? 0 : 1;

@@ -2,7 +2,7 @@
 // exchange rings, traffic counters exactly as comm.h defines them, overlapping async
 // operations waited in any order, and misuse rejected before anything is sent.
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <stdexcept>
 
 #ifdef STRATA_HAVE_CUDA
@@ -188,11 +188,11 @@ TEST_CASE("misuse is a logic_error before anything is sent") {
   const int p = comm->size();
   std::vector<float> a(8 * p);
   CHECK_THROWS_WITH(comm->reduce_scatter(Tensor(a.data(), DType::F32, {8 * p}), Tensor(a.data(), DType::F32, {3})),
-                    Catch::Matchers::Contains("reduce_scatter"));
+                    strata_catch::Contains("reduce_scatter"));
   CHECK_THROWS_AS(comm->all_gather(Tensor(a.data(), DType::F32, {2}), Tensor(a.data(), DType::F32, {2 * p + 1})),
                   std::logic_error);
   std::vector<uint16_t> u(4);
-  CHECK_THROWS_WITH(comm->all_reduce(Tensor(u.data(), DType::U16, {4})), Catch::Matchers::Contains("cannot reduce"));
+  CHECK_THROWS_WITH(comm->all_reduce(Tensor(u.data(), DType::U16, {4})), strata_catch::Contains("cannot reduce"));
   CHECK_THROWS_AS(comm->send(Tensor(a.data(), DType::F32, {1}), p), std::logic_error);
   CHECK_THROWS_AS(comm->send(Tensor(a.data(), DType::F32, {1}), comm->rank()), std::logic_error);
   CHECK_THROWS_AS(comm->broadcast(Tensor(a.data(), DType::F32, {1}), -1), std::logic_error);
@@ -235,7 +235,7 @@ TEST_CASE("the MPI communicator stages CUDA tensors through host memory") {
 TEST_CASE("NCCL communicators: refused with a UserError where they cannot work, else they reduce") {
   if (!nccl_built()) {
     CHECK_THROWS_WITH(make_comm(CommBackendKind::Nccl, MPI_COMM_WORLD, "nccl"),
-                      Catch::Matchers::Contains("built without NCCL"));
+                      strata_catch::Contains("built without NCCL"));
     return;
   }
 #ifdef STRATA_HAVE_CUDA
@@ -245,11 +245,11 @@ TEST_CASE("NCCL communicators: refused with a UserError where they cannot work, 
   cudaGetLastError();
   if (devices == 0) {  // every rank must refuse, none may hang
     CHECK_THROWS_WITH(make_comm(CommBackendKind::Nccl, MPI_COMM_WORLD, "nccl"),
-                      Catch::Matchers::Contains("no usable CUDA device"));
+                      strata_catch::Contains("no usable CUDA device"));
     return;
   }
   if (p > 1) {  // nobody selected a device, so the ranks share GPU 0
-    CHECK_THROWS_WITH(make_comm(CommBackendKind::Nccl, MPI_COMM_WORLD, "nccl"), Catch::Matchers::Contains("share GPU"));
+    CHECK_THROWS_WITH(make_comm(CommBackendKind::Nccl, MPI_COMM_WORLD, "nccl"), strata_catch::Contains("share GPU"));
     return;
   }
   auto comm = make_comm(CommBackendKind::Nccl, MPI_COMM_WORLD, "nccl");
@@ -264,6 +264,6 @@ TEST_CASE("NCCL communicators: refused with a UserError where they cannot work, 
   cudaFree(device);
   CHECK(back == host);  // one rank: the sum is the input
   CHECK(comm->counters().by_op.at("all_reduce").payload_bytes == 12);
-  CHECK_THROWS_WITH(comm->all_reduce(Tensor(host.data(), DType::F32, {3})), Catch::Matchers::Contains("host memory"));
+  CHECK_THROWS_WITH(comm->all_reduce(Tensor(host.data(), DType::F32, {3})), strata_catch::Contains("host memory"));
 #endif
 }

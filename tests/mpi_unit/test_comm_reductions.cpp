@@ -3,7 +3,7 @@
 // and identical on every rank. Assertions are CHECKs so that every rank issues the same
 // collectives even when one of them fails.
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <cmath>
 
 #include "mpi_test_util.h"

@@ -2,7 +2,7 @@
 // has the right members in the right order (checked by actually gathering world ranks over
 // it), this rank's coordinates and group ranks are right, and the embedding group spans the
 // first and last stage. Literal expectations pin the rank order for four ranks.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "mpi_test_util.h"
 
@@ -119,5 +119,5 @@ TEST_CASE("Topology for four ranks: literal groups of DP2xTP2, DP4 and PP2xDP2")
 TEST_CASE("Topology refuses a layout that does not match the world size") {
   const MpiRuntime& mpi = strata_test::mpi();
   GridShape shape{mpi.world_size(), 1, 2};  // twice too many ranks
-  CHECK_THROWS_WITH(Topology(mpi, shape, CommBackendKind::Mpi), Catch::Matchers::Contains("start a matching number"));
+  CHECK_THROWS_WITH(Topology(mpi, shape, CommBackendKind::Mpi), strata_catch::Contains("start a matching number"));
 }

@@ -4,7 +4,7 @@
 // phase times must include the device work each phase issued, and under mixed precision the
 // optimizer must write the 16-bit working copy in its own pass (no separate cast).
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <chrono>
 #include <map>
 #include <string>

@@ -3,7 +3,7 @@
 // of the single-rank gradients, with and without sequence parallelism, for every recompute mode;
 // gradient accumulation over micro-batches under SP; inference on a batch whose rows TP does not
 // divide; the last token's logits gathered for sampling.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,3 +1,5 @@
 // The one Catch2 main shared by every unit-test executable.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+#define STRATA_CATCH_SESSION
+#include "catch_compat.h"
+
+int main(int argc, char** argv) { return Catch::Session().run(argc, argv); }

@@ -1,7 +1,7 @@
 // The tensor-core attention kernels on the CPU emulator against the CPU backend, with the GPU
 // tests' metric and tolerances (out, lse, dq, dk, dv; bf16 and fp16; head dims 64 and 128), plus
 // bit-repeatability across thread schedules, the launchers' refusals and a planted race.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <algorithm>
 #include <cmath>

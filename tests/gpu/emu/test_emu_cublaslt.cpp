@@ -3,7 +3,7 @@
 // multiple of 8, a bias of another type, an attribute of the wrong size), or the emulated GPU op
 // tests could pass on plans a GPU would reject. And the CUDA backend's answer to a refused GELU,
 // GELU-gradient or bias-gradient epilogue: the unfused path, not an abort.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cublasLt.h>
 

@@ -1,7 +1,7 @@
 // Self-checks of the CPU emulator itself: small kernels that each break one CUDA rule must be
 // reported (or, for cp.async, must observe data that has not landed), and the correct variant
 // of the same kernel must pass, so a passing attention test means the rules were enforced.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "emu_attention.h"
 

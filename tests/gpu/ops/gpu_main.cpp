@@ -1,7 +1,7 @@
 // Test main of gpu_ops: exits 77 (ctest's SKIP_RETURN_CODE) when no usable GPU is present, so
 // the GPU tier shows as skipped rather than passed on CPU-only machines.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#define STRATA_CATCH_SESSION
+#include "catch_compat.h"
 
 #include <cuda_runtime.h>
 

@@ -1,7 +1,7 @@
 // Helpers of the GPU op tests: the shared CUDA backend, tensors mirrored on the CPU and the GPU
 // backend with identical (dtype-rounded) contents, and a relative-error comparison.
 #pragma once
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 #include <cstdint>

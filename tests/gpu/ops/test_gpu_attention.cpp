@@ -2,7 +2,7 @@
 // backward dqkv from the same saved tensors, in fp32, bf16 and fp16 at head dims 64 and 128 (the
 // tensor-core kernels for 16-bit types) with T on and off the 64-row tile grid, generic head dims
 // and misaligned tensors (the fp32 kernels); forward and backward must repeat bit for bit.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <algorithm>
 #include <cmath>

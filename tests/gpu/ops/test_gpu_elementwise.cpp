@@ -1,7 +1,7 @@
 // GPU whole-tensor and elementwise ops against the CPU backend on fresh random inputs: copies,
 // casts, zero/fill/scale, sum of squares, add, GELU forward/backward and AdamW (bit-exact in
 // fp32), plus memory accounting and determinism.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "gpu_test_util.h"
 

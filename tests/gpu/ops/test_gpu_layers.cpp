@@ -2,7 +2,7 @@
 // accumulate variants, fp32 without TF32 and bf16, misaligned operands), the GELU epilogue, bias
 // and layernorm gradients, embeddings and the fused cross-entropy, with determinism checks for
 // backwards.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "gpu_test_util.h"
 
@@ -178,7 +178,7 @@ TEST_CASE("gpu: embedding forward and backward are exact in fp32, with repeated 
   bad[static_cast<size_t>(T + 5)] = static_cast<int32_t>(V);
   tokens.set_ints(bad);
   CHECK_THROWS_WITH(gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor),
-                    Catch::Contains("batch row 1, position 5"));
+                    strata_catch::Contains("batch row 1, position 5"));
   CHECK_THROWS_AS(gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor, wpe.gpu_tensor), UserError);
 }
 

@@ -4,7 +4,7 @@
 // vocab-parallel cross-entropy (a slice in the middle, one holding padding, one with no real
 // column), whose composition over 2 and 4 slices reproduces the fused softmax cross-entropy;
 // determinism, argument checks and the out-of-range target error.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <algorithm>
 #include <cmath>
@@ -299,7 +299,7 @@ TEST_CASE("gpu: vocab-parallel passes repeat bit for bit, and a bad target is a 
     INFO("target " << wrong);
     CHECK_THROWS_WITH(gpu().vocab_parallel_sum_exp(stats.gpu_tensor, logits.gpu_tensor, row_max.gpu_tensor,
                                                    targets.gpu_tensor, slice, static_cast<int>(V)),
-                      Catch::Contains("target token id " + std::to_string(wrong) + " at row 7"));
+                      strata_catch::Contains("target token id " + std::to_string(wrong) + " at row 7"));
     CHECK_THROWS_AS(gpu().vocab_parallel_sum_exp(stats.gpu_tensor, logits.gpu_tensor, row_max.gpu_tensor,
                                                  targets.cpu_tensor, slice, static_cast<int>(V)),
                     UserError);

@@ -2,7 +2,7 @@
 // mapping (checked by running the mapped problem through a naive column-major GEMM), GEMM
 // argument checks and plan keys, launch shapes and workspace sizes (the tensor-core attention
 // layouts included), and the AdamW scalars.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 #include <unordered_set>

@@ -1,7 +1,7 @@
 // Helpers shared by the backend tests: host tensors backed by vectors, seeded random fills
 // and a closeness check that reports the worst element.
 #pragma once
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // CPU backend backward ops against central finite differences of the double-precision
 // reference forward (for nonlinear ops) or the exact product formulas (for linear ones).
 // Each check contracts the op's output with a random cotangent R, so L = Σ R ∘ f(x).
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include "backend/backend.h"
 #include "backend_test_util.h"

@@ -1,6 +1,6 @@
 // CPU backend forward ops and whole-tensor ops against direct double-precision formulas on
 // random inputs.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
 // Mixed-precision emulation (BF16/F16 tensors behave as the fp32 op on the rounded values,
 // stored rounded) and the AdamW update against values produced by torch.optim (1.13).
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 #include <functional>

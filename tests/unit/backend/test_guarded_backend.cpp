@@ -68,10 +68,10 @@ TEST_CASE("guarded ops refuse tensors that are not the simulated device's") {
   const Tensor on_host(host.data(), DType::F32, {64});
   Tensor mislabelled = buffer.view(0, DType::F32, {64});
   mislabelled.device = Device::CPU;  // device memory passed off as host memory
-  CHECK_THROWS_WITH(guarded->zero(on_host), Catch::Matchers::Contains("labelled 'cpu'"));
-  CHECK_THROWS_WITH(guarded->scale(mislabelled, 2.0f), Catch::Matchers::Contains("labelled 'cpu'"));
+  CHECK_THROWS_WITH(guarded->zero(on_host), strata_catch::Contains("labelled 'cpu'"));
+  CHECK_THROWS_WITH(guarded->scale(mislabelled, 2.0f), strata_catch::Contains("labelled 'cpu'"));
   CHECK_THROWS_WITH(guarded->add(buffer.view(0, DType::F32, {64}), buffer.view(0, DType::F32, {64}), on_host),
-                    Catch::Matchers::Contains("add"));
+                    strata_catch::Contains("add"));
   // After a refused op the memory is closed again.
   CHECK(signal_of_child([&] { *static_cast<volatile float*>(buffer.data()) = 1.0f; }) == SIGSEGV);
   // copy is the way across, in both directions.

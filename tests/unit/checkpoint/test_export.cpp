@@ -1,6 +1,6 @@
 // HuggingFace export of a small GPT-2 checkpoint saved by two ranks: HF names, un-padded wte,
 // F32 data equal to the checkpoint's, and a config.json transformers can read.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
@@ -147,16 +147,16 @@ TEST_CASE("export refuses checkpoints it cannot turn into GPT-2") {
   const std::vector<Param> params = gpt2_params();
   save_model(dir / "missing", params, model_meta(), "h.1.ln_2.bias");
   CHECK_THROWS_WITH(export_huggingface(dir / "missing", dir / "out1"),
-                    Catch::Contains("'model.h.1.ln_2.bias' is missing"));
+                    strata_catch::Contains("'model.h.1.ln_2.bias' is missing"));
   CHECK(!std::filesystem::exists(dir / "out1/model.safetensors"));
 
   save_model(dir / "nometa", params, {{"layout", "x"}});
-  CHECK_THROWS_WITH(export_huggingface(dir / "nometa", dir / "out2"), Catch::Contains("no \"model\" section"));
+  CHECK_THROWS_WITH(export_huggingface(dir / "nometa", dir / "out2"), strata_catch::Contains("no \"model\" section"));
 
   nlohmann::json wrong = model_meta();
   wrong["model"]["d_model"] = 8;
   save_model(dir / "wrong", params, wrong);
   CHECK_THROWS_WITH(export_huggingface(dir / "wrong", dir / "out3"),
-                    Catch::Contains("has shape [16, 4], expected [16, 8]"));
-  CHECK_THROWS_WITH(export_huggingface(dir / "absent", dir / "out4"), Catch::StartsWith("export: "));
+                    strata_catch::Contains("has shape [16, 4], expected [16, 8]"));
+  CHECK_THROWS_WITH(export_huggingface(dir / "absent", dir / "out4"), strata_catch::StartsWith("export: "));
 }

@@ -1,6 +1,6 @@
 // safetensors writer/reader: byte-exact layout, round trips, parsing of a hand-built file,
 // and one test per kind of corrupt file; plus the Checksum64 properties checkpoints rely on.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <cstring>
 #include <nlohmann/json.hpp>
 

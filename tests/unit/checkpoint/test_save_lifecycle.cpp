@@ -2,7 +2,7 @@
 // pruned, interrupted or failed saves never touch the previous checkpoint or `latest`, and a
 // failure on one rank surfaces on every rank instead of hanging them.
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
@@ -68,8 +68,8 @@ TEST_CASE("a flipped byte is caught by the checksum and named by file") {
   reader.read_box("w", {0, 0}, {1, 1}, DType::F32, &row0);  // rank 0's file is intact
   CHECK(row0 == 100.0f);
   CHECK_THROWS_WITH(reader.read_full("w", DType::F32, out.data()),
-                    Catch::Contains(victim) && Catch::Contains("checksum mismatch"));
-  CHECK_THROWS_WITH(reader.verify_all(), Catch::Contains("rank_00001.safetensors"));
+                    strata_catch::Contains(victim) && strata_catch::Contains("checksum mismatch"));
+  CHECK_THROWS_WITH(reader.verify_all(), strata_catch::Contains("rank_00001.safetensors"));
   // Without verification the corrupt value is returned: proof that the check did the work.
   const CheckpointReader unchecked = CheckpointReader::open(dir, "checkpoint.resume", false);
   CHECK_NOTHROW(unchecked.read_full("w", DType::F32, out.data()));
@@ -81,9 +81,9 @@ TEST_CASE("a file of the wrong size is rejected at open") {
   const std::string dir = save_step(root.path(), 1, 2);
   const std::string victim = dir + "/rank_00000.safetensors";
   fs::resize_file(victim, fs::file_size(victim) - 1);
-  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains(victim) && Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), strata_catch::Contains(victim) && strata_catch::Contains("truncated"));
   fs::remove(victim);
-  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains(victim) && Catch::Contains("missing"));
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), strata_catch::Contains(victim) && strata_catch::Contains("missing"));
 }
 
 TEST_CASE("keep_last prunes the oldest step dirs but never the one just saved") {
@@ -134,8 +134,8 @@ TEST_CASE("a failing rank fails the save on every rank without touching latest")
   });
   REQUIRE(errors[0]);
   REQUIRE(errors[1]);
-  CHECK_THAT(error_message(errors[0]), Catch::Contains("failed on rank 1") && Catch::Contains("outside"));
-  CHECK_THAT(error_message(errors[1]), Catch::Contains("outside"));
+  CHECK_THAT(error_message(errors[0]), strata_catch::Contains("failed on rank 1") && strata_catch::Contains("outside"));
+  CHECK_THAT(error_message(errors[1]), strata_catch::Contains("outside"));
   CHECK(read_bytes(root / "latest") == "step_00000001\n");
   CHECK(!fs::exists(root / "step_00000002"));
 
@@ -145,8 +145,8 @@ TEST_CASE("a failing rank fails the save on every rank without touching latest")
     TensorPiece piece{"w", DType::F32, {4, 4}, {rank * 2, 0}, {rank == 0 ? 1 : 2, 4}, rows.data(), {}};
     save_checkpoint(root.path(), 3, context, {piece}, nullptr, nullptr, 0);
   });
-  CHECK_THAT(error_message(errors[0]), Catch::Contains("element [1, 0] is in no rank's pieces"));
-  CHECK_THAT(error_message(errors[1]), Catch::Contains("rank 0 reports the cause"));
+  CHECK_THAT(error_message(errors[0]), strata_catch::Contains("element [1, 0] is in no rank's pieces"));
+  CHECK_THAT(error_message(errors[1]), strata_catch::Contains("rank 0 reports the cause"));
   CHECK(read_bytes(root / "latest") == "step_00000001\n");
   CHECK(first_value(root.path()) == 100.0f);
 
@@ -156,7 +156,7 @@ TEST_CASE("a failing rank fails the save on every rank without touching latest")
     TensorPiece piece{"w", DType::F32, {4 + rank * 2, 4}, {rank * 2, 0}, {2, 4}, rows.data(), {}};
     save_checkpoint(root.path(), 4, context, {piece}, nullptr, nullptr, 0);
   });
-  CHECK_THAT(error_message(errors[0]), Catch::Contains("tensor 'w' is saved as"));
+  CHECK_THAT(error_message(errors[0]), strata_catch::Contains("tensor 'w' is saved as"));
   CHECK(errors[1]);
   CHECK(read_bytes(root / "latest") == "step_00000001\n");
 }

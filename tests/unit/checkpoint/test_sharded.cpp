@@ -2,7 +2,7 @@
 // ranks (threads + barrier), dtype conversion on read, and every error path the reader
 // promises (gaps, bad boxes, wrong dtype).
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 #include <cstring>
 
 #include "checkpoint/checkpoint.h"
@@ -202,7 +202,7 @@ TEST_CASE("reads convert between F32, BF16 and F16, integers read only as themse
   reader.read_full("steps", DType::I32, ints_back.data());
   CHECK(ints_back == ints);
   std::vector<float> wrong(3);
-  CHECK_THROWS_WITH(reader.read_full("steps", DType::F32, wrong.data()), Catch::Contains("cannot be read as F32"));
+  CHECK_THROWS_WITH(reader.read_full("steps", DType::F32, wrong.data()), strata_catch::Contains("cannot be read as F32"));
 }
 
 TEST_CASE("reader errors: missing tensor, box outside, uncovered elements") {
@@ -212,10 +212,10 @@ TEST_CASE("reader errors: missing tensor, box outside, uncovered elements") {
   std::vector<float> buffer(64);
   {
     const CheckpointReader reader = CheckpointReader::open(dir);
-    CHECK_THROWS_WITH(reader.read_full("nope", DType::F32, buffer.data()), Catch::Contains("no tensor named 'nope'"));
+    CHECK_THROWS_WITH(reader.read_full("nope", DType::F32, buffer.data()), strata_catch::Contains("no tensor named 'nope'"));
     CHECK_THROWS_WITH(reader.read_box("layer.w", {5, 0}, {2, 8}, DType::F32, buffer.data()),
-                      Catch::Contains("outside"));
-    CHECK_THROWS_WITH(reader.read_box("layer.w", {0}, {2}, DType::F32, buffer.data()), Catch::Contains("dims"));
+                      strata_catch::Contains("outside"));
+    CHECK_THROWS_WITH(reader.read_box("layer.w", {0}, {2}, DType::F32, buffer.data()), strata_catch::Contains("dims"));
     CHECK_THROWS_AS(reader.read_view_box("layer.w", {7, 7}, {0, 0}, {1, 1}, DType::F32, buffer.data()), UserError);
   }
   // Drop rank 1's piece of w from the manifest: rows 3..5 are then stored nowhere.
@@ -229,7 +229,7 @@ TEST_CASE("reader errors: missing tensor, box outside, uncovered elements") {
   const CheckpointReader reader = CheckpointReader::open(dir);
   reader.read_box("layer.w", {1, 2}, {2, 3}, DType::F32, buffer.data());  // rows 1-2 still fine
   CHECK_THROWS_WITH(reader.read_box("layer.w", {2, 2}, {3, 3}, DType::F32, buffer.data()),
-                    Catch::Contains("element [3, 2]") && Catch::Contains("no saved piece"));
+                    strata_catch::Contains("element [3, 2]") && strata_catch::Contains("no saved piece"));
 }
 
 TEST_CASE("opening a path without a checkpoint explains what is missing") {
@@ -238,12 +238,12 @@ TEST_CASE("opening a path without a checkpoint explains what is missing") {
   CHECK_THROWS_WITH(
       CheckpointReader::open(root.path()),
       "checkpoint.resume: " + root.path() + ": no checkpoint found (no manifest.json and no latest file)");
-  CHECK_THROWS_WITH(CheckpointReader::open(root / "absent"), Catch::Contains("no such file or directory"));
+  CHECK_THROWS_WITH(CheckpointReader::open(root / "absent"), strata_catch::Contains("no such file or directory"));
   CHECK(!find_latest_checkpoint(root.path()));
   CHECK(!find_latest_checkpoint(root / "absent"));
   write_bytes(root / "latest", "step_00000009\n");
-  CHECK_THROWS_WITH(find_latest_checkpoint(root.path()), Catch::Contains("not a complete checkpoint"));
-  CHECK_THROWS_WITH(CheckpointReader::open(root.path()), Catch::StartsWith("checkpoint.resume: "));
+  CHECK_THROWS_WITH(find_latest_checkpoint(root.path()), strata_catch::Contains("not a complete checkpoint"));
+  CHECK_THROWS_WITH(CheckpointReader::open(root.path()), strata_catch::StartsWith("checkpoint.resume: "));
   write_bytes(root / "latest", "../elsewhere\n");
   CHECK_THROWS_AS(find_latest_checkpoint(root.path()), UserError);
 }
@@ -257,13 +257,13 @@ TEST_CASE("the manifest is read with its format checked") {
   nlohmann::json manifest = nlohmann::json::parse(good);
   manifest["format_version"] = 99;
   write_sealed_manifest(dir, manifest.dump());
-  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("newer strata"));
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), strata_catch::Contains("newer strata"));
   write_sealed_manifest(dir, "{\"format\": \"strata-checkpoint\"");
-  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("malformed manifest"));
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), strata_catch::Contains("malformed manifest"));
   manifest = nlohmann::json::parse(good);
   manifest.erase("step");
   write_sealed_manifest(dir, manifest.dump());
-  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains(manifest_path));
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), strata_catch::Contains(manifest_path));
 }
 
 TEST_CASE("an edited manifest, a missing seal or a step unlike the dir's name is refused") {
@@ -279,13 +279,13 @@ TEST_CASE("an edited manifest, a missing seal or a step unlike the dir's name is
   REQUIRE(at != std::string::npos);
   edited[at + 8] = '2';
   write_bytes(manifest_path, edited);
-  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("do not match") && Catch::Contains("manifest.checksum"));
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), strata_catch::Contains("do not match") && strata_catch::Contains("manifest.checksum"));
   // Sealed anew, the step still disagrees with the dir's name.
   write_sealed_manifest(dir, edited);
-  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("says step 2 but its dir is step_00000001"));
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), strata_catch::Contains("says step 2 but its dir is step_00000001"));
   write_bytes(manifest_path, good);
   std::filesystem::remove(dir + "/manifest.checksum");
-  CHECK_THROWS_WITH(CheckpointReader::open(dir), Catch::Contains("manifest.checksum: missing"));
+  CHECK_THROWS_WITH(CheckpointReader::open(dir), strata_catch::Contains("manifest.checksum: missing"));
   // A format-1 manifest (written before the seal existed) is read without one.
   nlohmann::json old = nlohmann::json::parse(good);
   old["format_version"] = 1;

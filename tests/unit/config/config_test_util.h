@@ -1,7 +1,7 @@
 // Helpers shared by the config tests: load a config from text and capture the reported
 // problems, so each test can assert on the exact messages.
 #pragma once
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <string>
 #include <vector>

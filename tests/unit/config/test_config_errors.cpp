@@ -95,6 +95,34 @@ TEST_CASE("out-of-range values name the allowed range") {
                                  "WarmupCosineLR, got 10"});
 }
 
+TEST_CASE("numeric edges of the optimizer and the loss scaler") {
+  // eps: below fp32's smallest normal it flushes to zero in Adam's fp32 state; 1 or more swamps
+  // every update; zero and negative values are caught as before.
+  for (const char* eps : {"1e-300", "1e-39", "1", "5"}) {
+    INFO(eps);
+    const auto p = tiny_problems(std::string("optimizer: {params: {eps: ") + eps + "}}\n");
+    REQUIRE(p.size() == 1);
+    CHECK(p[0].rfind("optimizer.params.eps: must be at least fp32's smallest normal number 1.17549e-38 and below 1, "
+                     "got ",
+                     0) == 0);
+  }
+  CHECK(tiny_problems("optimizer: {params: {eps: 0}}\n") ==
+        std::vector<std::string>{"optimizer.params.eps: must be > 0, got 0"});
+  CHECK(tiny_problems("optimizer: {params: {eps: 1.0e-38}}\n").empty() == false);
+  CHECK(tiny_problems("optimizer: {params: {eps: 1.2e-38}}\n").empty());
+  CHECK(tiny_problems("optimizer: {params: {eps: 0.5, weight_decay: 0, lr: 1e-9}}\n").empty());
+  CHECK(tiny_problems("optimizer: {params: {weight_decay: -0.1}}\n") ==
+        std::vector<std::string>{"optimizer.params.weight_decay: must be ≥ 0, got -0.1"});
+  CHECK(tiny_problems("optimizer: {params: {betas: [-0.1, 0.999]}}\n") ==
+        std::vector<std::string>{"optimizer.params.betas: each beta must be in [0, 1), got [-0.1, 0.999]"});
+  // A dynamic scale halves down to min_loss_scale: a minimum above the start is refused; a static
+  // scale (loss_scale > 0) never uses it.
+  CHECK(tiny_problems("fp16: {enabled: true, initial_scale_power: 4, min_loss_scale: 32}\n") ==
+        std::vector<std::string>{"fp16.min_loss_scale: 32 is above the initial scale 2^initial_scale_power = 16"});
+  CHECK(tiny_problems("fp16: {enabled: true, initial_scale_power: 5, min_loss_scale: 32}\n").empty());
+  CHECK(tiny_problems("fp16: {enabled: true, loss_scale: 8, min_loss_scale: 32}\n").empty());
+}
+
 TEST_CASE("cross-key rules: precision, optimizer mode, model shape, rank grid") {
   auto p = tiny_problems("fp16: {enabled: true}\nbf16: {enabled: true}\n");
   CHECK(has_problem(p, "bf16.enabled: fp16 and bf16 are both enabled; enable at most one of them"));
@@ -356,5 +384,5 @@ TEST_CASE("YAML syntax errors and non-map documents are reported with their sour
   CHECK(problems("- 1\n- 2\n") == std::vector<std::string>{"test.yaml: the top level must be a map of config keys "
                                                           "(key: value lines), got a list"});
   CHECK_THROWS_WITH(load_config_file("/nonexistent/strata.yaml", {}, 1),
-                    Catch::Contains("config file '/nonexistent/strata.yaml': cannot open it"));
+                    strata_catch::Contains("config file '/nonexistent/strata.yaml': cannot open it"));
 }

@@ -1,5 +1,5 @@
 // Core utilities: dtype conversions, RNG determinism and statistics, tensor views.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 #include <limits>

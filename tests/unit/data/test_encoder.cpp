@@ -1,7 +1,8 @@
 // Byte tokenizer and the text encoder: lossless round trips, newline joins between files,
 // the val split taken from the tail, shard size limits, and clear errors for bad input.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -121,18 +122,18 @@ TEST_CASE("encoder errors name the problem") {
   options.out_dir = dir.file("out");
   options.inputs = {dir.file("ok.txt"), dir.file("missing.txt")};
   CHECK_THAT(user_error_message([&] { encode_text_files(options); }),
-             Catch::Contains("'" + dir.file("missing.txt") + "' does not exist"));
+             strata_catch::Contains("'" + dir.file("missing.txt") + "' does not exist"));
   CHECK_FALSE(std::filesystem::exists(dir.file("out")));  // nothing written on failure
 
   options.inputs = {dir.file("ok.txt")};
   options.val_fraction = 0.7;
-  CHECK_THAT(user_error_message([&] { encode_text_files(options); }), Catch::Contains("val_fraction"));
+  CHECK_THAT(user_error_message([&] { encode_text_files(options); }), strata_catch::Contains("val_fraction"));
   options.val_fraction = 0.01;
   options.shard_tokens = 0;
-  CHECK_THAT(user_error_message([&] { encode_text_files(options); }), Catch::Contains("shard_tokens"));
+  CHECK_THAT(user_error_message([&] { encode_text_files(options); }), strata_catch::Contains("shard_tokens"));
 
   write_text(dir.file("empty.txt"), "");
   options.shard_tokens = 10;
   options.inputs = {dir.file("empty.txt")};
-  CHECK_THAT(user_error_message([&] { encode_text_files(options); }), Catch::Contains("empty"));
+  CHECK_THAT(user_error_message([&] { encode_text_files(options); }), strata_catch::Contains("empty"));
 }

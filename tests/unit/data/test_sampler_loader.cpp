@@ -1,7 +1,7 @@
 // The global sequence order and the per-rank loader: unshuffled starts are g*T, shuffled
 // epochs are seed-determined permutations, DP slices partition each step's global batch,
 // and prefetching or seeking never changes what a rank sees.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <algorithm>
 #include <set>
@@ -84,10 +84,10 @@ TEST_CASE("too little data for one sequence names the shard files") {
   write_token_shard(dir.file("tiny.bin"), std::vector<int32_t>(kT, 1), false);  // needs T + 1
   const TokenDataset dataset = TokenDataset::open(dir.file("tiny.bin"), 256, "data.val");
   const std::string message = user_error_message([&] { GlobalSampler(dataset, kT, false, 0); });
-  CHECK_THAT(message, Catch::StartsWith("data.val"));
-  CHECK_THAT(message, Catch::Contains(dir.file("tiny.bin")));
-  CHECK_THAT(message, Catch::Contains("too little data: 16 tokens"));
-  CHECK_THAT(message, Catch::Contains("seq_len + 1 = 17"));
+  CHECK_THAT(message, strata_catch::StartsWith("data.val"));
+  CHECK_THAT(message, strata_catch::Contains(dir.file("tiny.bin")));
+  CHECK_THAT(message, strata_catch::Contains("too little data: 16 tokens"));
+  CHECK_THAT(message, strata_catch::Contains("seq_len + 1 = 17"));
   CHECK(GlobalSampler(dataset, kT - 1, false, 0).num_sequences() == 1);
 }
 

@@ -1,6 +1,6 @@
 // The GPT-2 model on the CPU backend: init, loss at init, the hand-written backward against
 // finite differences, recomputation, gradient accumulation, training progress and misuse.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <algorithm>
 #include <cmath>

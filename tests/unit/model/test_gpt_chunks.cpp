@@ -2,7 +2,7 @@
 // each other the residual stream forward and its gradient backward gives the whole model's loss
 // and gradients; the tied embedding's gradient is the sum of the first chunk's and the last
 // chunk's copy. Also the chunk's parameters, layout and activation arena.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 #include <memory>

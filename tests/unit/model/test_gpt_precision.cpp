@@ -1,7 +1,7 @@
 // The model in a 16-bit working dtype: parameters and stored activations really are bf16/fp16
 // (half the activation memory, values on the 16-bit grid), gradients stay fp32, and loss and
 // gradients follow the fp32 model closely; fp16 gradients scale linearly with dloss.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 #include <vector>

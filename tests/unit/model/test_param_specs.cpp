@@ -1,7 +1,7 @@
 // The GPT-2 parameter registry: HF names and shapes, counts, TP splits, layers, weight decay
 // flags and the dense flat-buffer layout; a TP rank's slices, where they sit in the global
 // tensors, and their initial values.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <algorithm>
 #include <map>

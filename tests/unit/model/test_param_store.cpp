@@ -1,7 +1,7 @@
 // The model reaches parameters and gradients only through its ParamStore: a store that hands
 // out per-group copies sees the documented acquire/release order, and training through it
 // gives bit-identical losses and gradients to the default flat store.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cstring>
 #include <string>

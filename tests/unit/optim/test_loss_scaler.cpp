@@ -1,7 +1,7 @@
 // The fp16 loss scaler against sequences worked out by hand from DeepSpeed's update rule:
 // hysteresis, halving down to the floor, doubling per window since the last overflow,
 // consecutive hysteresis, static scales, and an exact resume from saved state.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <vector>
 

@@ -1,5 +1,5 @@
 // LR schedules against DeepSpeed's formulas computed by hand, and the clip coefficient.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <cmath>
 

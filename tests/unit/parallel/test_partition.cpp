@@ -1,6 +1,6 @@
 // Partition and bucket arithmetic of the data-parallel engine: pieces tile each unit, shards
 // are equal, padding stays out of owned runs, buckets align to DP, flat ranges split per tensor.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <algorithm>
 #include <numeric>

@@ -2,7 +2,7 @@
 // for p ∈ {2, 3, 4}, v ∈ {1, 2}, m ∈ {p, 2p, 4p} runs in the simulator under blocking transfers
 // without deadlock, each compute after its inputs, holds at most the schedule's bound of
 // micro-batches in flight, runs every forward and backward once, and its bubble equals theory.
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <map>
 #include <set>

@@ -1,6 +1,6 @@
 // The JSONL metrics writer: one valid JSON object per line, even for sample text that is not
 // valid UTF-8 (a byte-level model emits arbitrary bytes).
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 #include <unistd.h>
 
