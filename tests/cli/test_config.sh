@@ -54,4 +54,9 @@ expect_contains "$OUT" "did you mean iters"
 for f in "$SRC"/configs/*.yaml "$SRC"/configs/examples/*; do
   run_expect 0 "$STRATA" config "$f" --world-size 8
 done
+# The sweep base validates on the 2 ranks its command line uses, with each micro-batch it sweeps.
+for micro in 4 16; do
+  run_expect 0 "$STRATA" config "$SRC/configs/sweeps/zero_micro.yaml" --world-size 2 \
+    --set train_micro_batch_size_per_gpu=$micro
+done
 echo ok

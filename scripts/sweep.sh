@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Config sweeps: runs strata once per point of a grid of config values, one after another, each
+# in its own folder with its own metrics file and checkpoints, and writes a summary table.
+#
+# Usage: scripts/sweep.sh --config BASE.yaml --out DIR [--np N] [--axis KEY=V1,V2,...]...
+#                         [--grid FILE] [--only NAME,...] [-- extra strata train arguments]
+#   --axis KEY=V1,V2   a config key (as for --set) and its values; several axes make a grid
+#                      (every combination). Values must not contain commas; use --grid for lists.
+#   --grid FILE        points listed one per line instead: "KEY=VALUE KEY=VALUE ..." (# comments)
+#   --np N             ranks per run, under launch/strata-mpirun (default 1: strata directly)
+#   --only NAMES       run only these points (folder names, comma-separated)
+# Each point runs in DIR/NAME (NAME from its values, e.g. stage-1__micro-4): its resolved config
+# (config.yaml), log (train.log), metrics.jsonl, checkpoints/ and exit status (status). A point
+# that failed does not stop the sweep: its exit code and last error line go into the summary.
+# Re-running the same command skips the points that finished (status 0) and resumes the others
+# from their latest checkpoint. DIR/summary.csv and DIR/summary.md hold one row per point: the
+# axes, final train and validation loss, tokens/s, TFLOP/s per rank, MFU (GPUs), peak memory,
+# mean step time and exit status. A signal stops the running point cleanly (it saves) and the
+# sweep.
+# Environment: STRATA (the strata binary; default build/bin/strata, else strata on PATH),
+#   MPIRUN_FLAGS (extra flags for mpirun, e.g. "--oversubscribe").
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
+die() { echo "sweep: $*" >&2; exit 2; }
+
+base="" out="" np=1 grid="" only=""
+axes=() extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) base="${2:-}"; shift 2 ;;
+    --out) out="${2:-}"; shift 2 ;;
+    --np) np="${2:-}"; shift 2 ;;
+    --axis) axes+=("${2:-}"); shift 2 ;;
+    --grid) grid="${2:-}"; shift 2 ;;
+    --only) only="${2:-}"; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h | --help) usage ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+[ -n "$base" ] && [ -f "$base" ] || die "--config: '$base' is not a file"
+[ -n "$out" ] || die "--out DIR is required"
+[[ "$np" =~ ^[1-9][0-9]*$ ]] || die "--np: '$np' is not a positive number of ranks"
+[ ${#axes[@]} -gt 0 ] || [ -n "$grid" ] || die "give at least one --axis KEY=V1,V2 or a --grid FILE"
+[ ${#axes[@]} -eq 0 ] || [ -z "$grid" ] || die "give --axis or --grid, not both"
+strata="${STRATA:-}"
+if [ -z "$strata" ]; then
+  if [ -x "$root/build/bin/strata" ]; then strata="$root/build/bin/strata"; else strata="$(command -v strata || true)"; fi
+fi
+[ -n "$strata" ] && [ -x "$strata" ] || die "no strata binary: build it (scripts/build.sh) or set STRATA"
+mkdir -p "$out" || die "cannot create $out"
+out="$(cd "$out" && pwd)"
+base="$(cd "$(dirname "$base")" && pwd)/$(basename "$base")"
+
+# The points, one per line, as "KEY=VALUE KEY=VALUE ...".
+points=()
+if [ -n "$grid" ]; then
+  [ -f "$grid" ] || die "--grid: '$grid' is not a file"
+  while IFS= read -r line; do
+    line="${line%%#*}"
+    line="$(echo "$line" | xargs)"
+    [ -n "$line" ] && points+=("$line")
+  done < "$grid"
+else
+  points=("")
+  for axis in "${axes[@]}"; do
+    [[ "$axis" == *=* ]] || die "--axis '$axis': expected KEY=V1,V2,..."
+    key="${axis%%=*}"
+    IFS=, read -r -a values <<<"${axis#*=}"
+    [ ${#values[@]} -gt 0 ] || die "--axis '$axis': no values"
+    next=()
+    for p in "${points[@]}"; do
+      for v in "${values[@]}"; do next+=("${p:+$p }$key=$v"); done
+    done
+    points=("${next[@]}")
+  done
+fi
+[ ${#points[@]} -gt 0 ] || die "no points to run"
+
+# point_name "KEY=VALUE ...": a folder name from the last part of each key and its value.
+point_name() {
+  local name="" kv key value
+  for kv in $1; do
+    key="${kv%%=*}"; value="${kv#*=}"
+    name="${name:+${name}__}${key##*.}-${value}"
+  done
+  echo "$name" | tr -c 'A-Za-z0-9._=+\n-' '_'
+}
+
+# Every point's config is checked before anything runs, so a typo fails at once.
+for p in "${points[@]}"; do
+  sets=()
+  for kv in $p; do sets+=(--set "$kv"); done
+  if ! "$strata" config "$base" "${sets[@]}" --world-size "$np" > /dev/null 2> "$out/.check.txt"; then
+    echo "sweep: point '$p' (see below); the sweep records it as failed" >&2
+    cat "$out/.check.txt" >&2
+  fi
+done
+rm -f "$out/.check.txt"
+
+stop=0
+trap 'stop=1' INT TERM
+launcher=()
+if [ "$np" -gt 1 ]; then
+  read -r -a mpirun_flags <<<"${MPIRUN_FLAGS:-}"
+  [ "$(id -u)" -eq 0 ] && mpirun_flags+=(--allow-run-as-root)
+  launcher=("$root/launch/strata-mpirun" "${mpirun_flags[@]}" -np "$np")
+fi
+echo "sweep: ${#points[@]} point(s) of $(basename "$base") into $out, $np rank(s) each"
+index=0
+for p in "${points[@]}"; do
+  index=$((index + 1))
+  name="$(point_name "$p")"
+  dir="$out/$name"
+  if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then continue; fi
+  mkdir -p "$dir"
+  echo "$p" > "$dir/axes"
+  if [ "$(cat "$dir/status" 2>/dev/null)" = 0 ]; then
+    echo "sweep: [$index/${#points[@]}] $name: finished before, skipped"
+    continue
+  fi
+  [ "$stop" -eq 0 ] || break
+  sets=()
+  for kv in $p; do sets+=(--set "$kv"); done
+  sets+=(--set "logging.metrics_file=$dir/metrics.jsonl" --set "checkpoint.dir=$dir/checkpoints"
+    --set checkpoint.resume=auto)
+  "$strata" config "$base" "${sets[@]}" --world-size "$np" > "$dir/config.yaml" 2>/dev/null || true
+  echo "sweep: [$index/${#points[@]}] $name: $p"
+  start=$SECONDS
+  "${launcher[@]}" "$strata" train --config "$base" "${sets[@]}" "${extra[@]}" > "$dir/train.log" 2>&1 &
+  child=$!
+  while true; do
+    wait "$child"
+    rc=$?
+    # A signal interrupted the wait: pass it on (the run saves and stops) and wait again.
+    if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then kill -TERM "$child" 2>/dev/null; continue; fi
+    break
+  done
+  echo "$rc" > "$dir/status"
+  echo "sweep: [$index/${#points[@]}] $name: exit $rc after $((SECONDS - start)) s"
+  [ "$stop" -eq 0 ] || { echo "sweep: stopped by a signal; re-run the same command to continue"; break; }
+done
+
+# The summary, from every point's files.
+python3 - "$out" "${points[@]}" <<'PY'
+import csv, json, os, re, sys
+out, points = sys.argv[1], sys.argv[2:]
+def name_of(p):
+    parts = []
+    for kv in p.split():
+        key, value = kv.split("=", 1)
+        parts.append(f"{key.split('.')[-1]}-{value}")
+    return re.sub(r"[^A-Za-z0-9._=+\n-]", "_", "__".join(parts))
+keys = []
+for p in points:
+    for kv in p.split():
+        k = kv.split("=", 1)[0]
+        if k not in keys: keys.append(k)
+rows = []
+for p in points:
+    d = os.path.join(out, name_of(p))
+    values = dict(kv.split("=", 1) for kv in p.split())
+    train, evals = [], []
+    try:
+        for line in open(os.path.join(d, "metrics.jsonl")):
+            r = json.loads(line)
+            (train if r.get("type") == "train" else evals if r.get("type") == "eval" else []).append(r)
+    except (OSError, ValueError):
+        pass
+    last = {}
+    for r in train: last[r["step"]] = r
+    timed = [last[s] for s in sorted(last)][1:] or list(last.values())  # the first step warms up
+    mean = lambda f: sum(r[f] for r in timed) / len(timed) if timed else None
+    status = open(os.path.join(d, "status")).read().strip() if os.path.exists(os.path.join(d, "status")) else "not run"
+    error = ""
+    if status not in ("0", "not run") and os.path.exists(os.path.join(d, "train.log")):
+        lines = [l.strip() for l in open(os.path.join(d, "train.log"), errors="replace")
+                 if re.search(r"error|abort|killed|not finite", l, re.I)]
+        error = lines[-1] if lines else ""
+    mfu = [r["mfu"] for r in timed if r.get("mfu") is not None]
+    rows.append({**{k: values.get(k, "") for k in keys},
+                 "steps": max(last) if last else 0,
+                 "train_loss": f"{last[max(last)]['loss']:.4f}" if last else "",
+                 "val_loss": f"{evals[-1]['val_loss']:.4f}" if evals else "",
+                 "tokens_per_s": f"{mean('tokens_per_s'):.0f}" if timed else "",
+                 "tflops_per_rank": f"{mean('tflops_per_rank'):.3f}" if timed else "",
+                 "mfu": f"{100 * sum(mfu) / len(mfu):.1f}%" if mfu else "",
+                 "peak_memory_mib": f"{max(r['peak_memory_bytes'] for r in train) / 2**20:.0f}" if train else "",
+                 "step_time_ms": f"{1000 * mean('step_time_s'):.1f}" if timed else "",
+                 "status": status, "error": error})
+fields = keys + ["steps", "train_loss", "val_loss", "tokens_per_s", "tflops_per_rank", "mfu", "peak_memory_mib",
+                 "step_time_ms", "status", "error"]
+with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=fields)
+    w.writeheader()
+    w.writerows(rows)
+with open(os.path.join(out, "summary.md"), "w") as f:
+    f.write("| " + " | ".join(fields) + " |\n|" + "---|" * len(fields) + "\n")
+    for r in rows:
+        f.write("| " + " | ".join(str(r[k]).replace("|", "\\|") for k in fields) + " |\n")
+print(open(os.path.join(out, "summary.md")).read(), end="")
+failed = sum(1 for r in rows if r["status"] != "0")
+print(f"sweep: {len(rows)} point(s), {failed} not finished; {out}/summary.csv and summary.md")
+PY
