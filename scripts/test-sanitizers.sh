@@ -13,7 +13,9 @@ export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=87"
 export OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 
-cmake -S "$root" -B "$build" -G Ninja -DSTRATA_CUDA=OFF -DSTRATA_EMULATOR=OFF -DSTRATA_WERROR=ON \
+# No -Werror: GCC warns falsely under the sanitizers (maybe-uninitialized in libstdc++'s regex);
+# the normal build keeps warnings errors.
+cmake -S "$root" -B "$build" -G Ninja -DSTRATA_CUDA=OFF -DSTRATA_EMULATOR=OFF -DSTRATA_WERROR=OFF \
   -DSTRATA_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$build" ${STRATA_NINJA_ARGS:-}
 (cd "$build" && ctest --output-on-failure --timeout 900 -j "${STRATA_TEST_JOBS:-2}" -L unit)
