@@ -14,9 +14,10 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=87"
 export OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 # No -Werror: GCC warns falsely under the sanitizers (maybe-uninitialized in libstdc++'s regex);
-# the normal build keeps warnings errors.
+# the normal build keeps warnings errors. -O1 with line tables: reports name files and lines, and
+# the tree builds in about half the time of -O2 -g.
 cmake -S "$root" -B "$build" -G Ninja -DSTRATA_CUDA=OFF -DSTRATA_EMULATOR=OFF -DSTRATA_WERROR=OFF \
-  -DSTRATA_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  -DSTRATA_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" >/dev/null
 ninja -C "$build" ${STRATA_NINJA_ARGS:-}
 (cd "$build" && ctest --output-on-failure --timeout 900 -j "${STRATA_TEST_JOBS:-2}" -L unit)
 (cd "$build" && ctest --output-on-failure --timeout 600 -R "^mpi: comm np=")

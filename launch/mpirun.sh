@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Launches strata on one or many nodes with Open MPI, through launch/strata-mpirun (a signal
+# saves a checkpoint and the job exits 0). Prints the mpirun command it runs first.
+#
+# Usage: launch/mpirun.sh [options] -- strata train --config gpt.yaml [...]
+#   --hosts H1,H2,...    nodes to run on (default: this machine)
+#   --hostfile FILE      an Open MPI hostfile instead (see launch/hostfile.example)
+#   --ranks-per-node K   ranks on each node (default: 1 per GPU of this machine, else 1)
+#   --np N               ranks in all (default: K × the number of nodes)
+#   --bind core|none     bind each rank to cores (default core; with GPUs each rank then takes
+#                        GPU local_rank mod GPUs, as strata does by itself)
+#   --iface NAME         the TCP interface between nodes (e.g. eth0, ib0): Open MPI's TCP
+#                        transport and its runtime use only this one
+#   --env NAME           export one more environment variable to remote ranks (repeatable)
+#   --dry-run            print the command and stop
+#   --mpirun-arg ARG     pass ARG to mpirun (repeatable)
+# Exported to every rank: PATH, LD_LIBRARY_PATH, OPENBLAS_NUM_THREADS and every STRATA_*, NCCL_*
+# and CUDA_VISIBLE_DEVICES variable set here. Tensor-parallel groups are consecutive ranks, so
+# with K a multiple of tensor_model_parallel_size each TP group stays inside a node (strata warns
+# when one does not).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+die() { echo "launch/mpirun.sh: $*" >&2; exit 2; }
+hosts="" hostfile="" per_node="" np="" bind=core iface="" dry=0
+envs=() passthrough=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --hosts) hosts="${2:?}"; shift 2 ;;
+    --hostfile) hostfile="${2:?}"; shift 2 ;;
+    --ranks-per-node) per_node="${2:?}"; shift 2 ;;
+    --np) np="${2:?}"; shift 2 ;;
+    --bind) bind="${2:?}"; shift 2 ;;
+    --iface) iface="${2:?}"; shift 2 ;;
+    --env) envs+=("${2:?}"); shift 2 ;;
+    --mpirun-arg) passthrough+=("${2:?}"); shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    --) shift; break ;;
+    -h | --help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option '$1' (the command goes after --; see --help)" ;;
+  esac
+done
+[ $# -gt 0 ] || die "no command: give it after --, e.g. -- strata train --config gpt.yaml"
+[ -z "$hosts" ] || [ -z "$hostfile" ] || die "give --hosts or --hostfile, not both"
+[ -z "$hostfile" ] || [ -f "$hostfile" ] || die "--hostfile: '$hostfile' is not a file"
+case "$bind" in core | none) ;; *) die "--bind: '$bind' is not core or none" ;; esac
+if [ -z "$per_node" ]; then
+  gpus=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)
+  per_node=$((gpus > 0 ? gpus : 1))
+fi
+[[ "$per_node" =~ ^[1-9][0-9]*$ ]] || die "--ranks-per-node: '$per_node' is not a positive number"
+
+nodes=1
+args=()
+if [ -n "$hosts" ]; then
+  IFS=, read -r -a host_list <<<"$hosts"
+  nodes=${#host_list[@]}
+  spec=""
+  for h in "${host_list[@]}"; do spec="${spec:+$spec,}$h:$per_node"; done
+  args+=(--host "$spec")
+elif [ -n "$hostfile" ]; then
+  nodes=$(grep -cvE '^[[:space:]]*(#|$)' "$hostfile")
+  args+=(--hostfile "$hostfile")
+fi
+np="${np:-$((nodes * per_node))}"
+[[ "$np" =~ ^[1-9][0-9]*$ ]] || die "--np: '$np' is not a positive number"
+args+=(-np "$np" --map-by "ppr:$per_node:node")
+if [ "$bind" = core ]; then args+=(--bind-to core); else args+=(--bind-to none); fi
+if [ -n "$iface" ]; then
+  args+=(--mca btl_tcp_if_include "$iface" --mca oob_tcp_if_include "$iface")
+fi
+[ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
+for name in PATH LD_LIBRARY_PATH OPENBLAS_NUM_THREADS CUDA_VISIBLE_DEVICES $(compgen -e | grep -E '^(STRATA|NCCL)_' || true) \
+  "${envs[@]}"; do
+  [ -n "${!name+set}" ] && args+=(-x "$name")
+done
+args+=("${passthrough[@]}")
+
+# The command as it could be pasted into a shell (quoting only what needs it).
+printf 'launch/mpirun.sh: mpirun'
+for a in "${args[@]}" "$@"; do
+  if [[ "$a" =~ ^[A-Za-z0-9_,.:=/+@%-]+$ ]]; then printf ' %s' "$a"; else printf ' %q' "$a"; fi
+done
+printf '\n'
+[ "$dry" -eq 0 ] || exit 0
+exec "$here/strata-mpirun" "${args[@]}" "$@"
