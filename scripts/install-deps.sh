@@ -8,7 +8,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libcli11-dev libfmt-dev catch2 nlohmann-json3-dev libopenblas-dev
   python3 python3-torch python3-numpy
-  bible-kjv
+  bible-kjv gnuplot-nox
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quickstart: installs dependencies, builds strata, encodes the King James Bible (from
-# Debian's bible-kjv package) into byte-level shards once, and trains configs/quickstart.yaml.
+# Debian's bible-kjv package) into byte-level shards once, trains configs/quickstart.yaml and
+# draws its loss curve (runs/quickstart/loss.png).
 # Usage: scripts/run.sh [-np N] [--set key=value ...]   (N ranks, default 2: data parallelism
 # over two processes uses two cores better than one process's BLAS threads)
 set -euo pipefail
@@ -23,4 +24,11 @@ fi
 mpi_args=(-np "$ranks")
 [ "$(id -u)" -eq 0 ] && mpi_args+=(--allow-run-as-root)
 [ "$ranks" -gt "$(nproc)" ] && mpi_args+=(--oversubscribe)
-exec mpirun "${mpi_args[@]}" "$strata" train --config configs/quickstart.yaml "$@"
+rc=0
+mpirun "${mpi_args[@]}" "$strata" train --config configs/quickstart.yaml "$@" || rc=$?
+# The loss curve of the run (the config's metrics file), whatever the outcome.
+metrics=runs/quickstart/metrics.jsonl
+if [ -f "$metrics" ] && scripts/plot.sh --out runs/quickstart "$metrics" >/dev/null; then
+  echo "run.sh: loss curve in $root/runs/quickstart/loss.png"
+fi
+exit "$rc"
