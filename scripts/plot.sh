@@ -54,12 +54,13 @@ if sweep:
     if not axes: sys.exit("the sweep summary has no axes")
     axis = axis or axes[0]
     if axis not in axes: sys.exit(f"--axis {axis}: not an axis of the sweep ({', '.join(axes)})")
-    def point_dir(r):
-        import re
-        parts = [f"{k.split('.')[-1]}-{r[k]}" for k in axes if r[k] != ""]
-        return os.path.join(sweep, re.sub(r"[^A-Za-z0-9._=+\n-]", "_", "__".join(parts)))
-    files = [os.path.join(point_dir(r), "metrics.jsonl") for r in rows]
-    files = [f for f in files if os.path.exists(f)]
+    # Each point's folder holds its KEY=VALUE settings in the file `axes` (written by sweep.sh).
+    folders = {}
+    for d in sorted(os.listdir(sweep)):
+        if os.path.isfile(os.path.join(sweep, d, "axes")):
+            folders[frozenset(open(os.path.join(sweep, d, "axes")).read().split())] = os.path.join(sweep, d)
+    found = [folders.get(frozenset(f"{k}={r[k]}" for k in axes if r[k] != "")) for r in rows]
+    files = [os.path.join(d, "metrics.jsonl") for d in found if d and os.path.exists(os.path.join(d, "metrics.jsonl"))]
 blocks, loss_plots = [], []
 for i, path in enumerate(files):
     train, val = {}, {}

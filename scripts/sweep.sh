@@ -143,15 +143,14 @@ for p in "${points[@]}"; do
 done
 
 # The summary, from every point's files.
-python3 - "$out" "${points[@]}" <<'PY'
+# Each point as "NAME<tab>KEY=VALUE ...".
+named=()
+for p in "${points[@]}"; do named+=("$(point_name "$p")"$'\t'"$p"); done
+python3 - "$out" "${named[@]}" <<'PY'
 import csv, json, os, re, sys
-out, points = sys.argv[1], sys.argv[2:]
-def name_of(p):
-    parts = []
-    for kv in p.split():
-        key, value = kv.split("=", 1)
-        parts.append(f"{key.split('.')[-1]}-{value}")
-    return re.sub(r"[^A-Za-z0-9._=+\n-]", "_", "__".join(parts))
+out = sys.argv[1]
+folder_of = dict(reversed(arg.split("\t", 1)) for arg in sys.argv[2:])
+points = [arg.split("\t", 1)[1] for arg in sys.argv[2:]]
 keys = []
 for p in points:
     for kv in p.split():
@@ -159,7 +158,7 @@ for p in points:
         if k not in keys: keys.append(k)
 rows = []
 for p in points:
-    d = os.path.join(out, name_of(p))
+    d = os.path.join(out, folder_of[p])
     values = dict(kv.split("=", 1) for kv in p.split())
     train, evals = [], []
     try:

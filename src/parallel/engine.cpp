@@ -109,13 +109,14 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   partition_ = std::make_unique<FlatPartition>(units, p, dp.rank());
   flat_store_ = std::make_unique<FlatParamStore>(backend_, specs_, round_up(n, p), settings.precision);
   make_models(flat_store_.get());
-  if (!pp_) {
-    model_->set_grad_ready_callback([this](int group) { on_grad_ready(group); });
+  if (!pp_) model_->set_grad_ready_callback([this](int group) { on_grad_ready(group); });
+  // Under PP, stages 0-1 reduce every bucket once, after the pipeline's last backward (no
+  // readiness order), and stage 2 group by group inside the pipeline.
+  if (!pp_ || settings.zero_stage < 2) {
     for (size_t k = bucket_ranges.size(); k-- > 0;) {
-      buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k, lowest_group(bucket_ranges[k], groups_)});
+      buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k,
+                          pp_ ? 0 : lowest_group(bucket_ranges[k], groups_)});
     }
-  } else if (settings.zero_stage < 2) {  // reduced once, after the pipeline's last backward
-    for (size_t k = bucket_ranges.size(); k-- > 0;) buckets_.push_back({bucket_ranges[k], settings.zero_stage == 0 ? 0 : k, 0});
   }
   in_flight_.resize(buckets_.size());
   // The gradient norm's share of this rank: flat at stage 0 (every DP rank holds all of it),

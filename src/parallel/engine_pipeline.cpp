@@ -5,6 +5,7 @@
 // between the first and last stage, and inference through every stage.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -190,12 +191,8 @@ void Engine::reduce_tied_embeddings() {
   times_.comm_wait += wait.seconds();
 }
 
-float Engine::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  if (!pp_) return model_->forward(tokens, targets, B, T);
-  // One micro-batch through the chunks in model order; each stage receives its input from the
-  // one before and passes its output on.
+void Engine::forward_through_stages(const int32_t* tokens, int B, int T, const std::function<void(Gpt&)>& head) {
   const int chunk_count = stages_ * shape_.virtual_stages;
-  float loss = 0.0f;
   for (int k = 0; k < chunk_count; ++k) {
     if (k % stages_ != stage_) continue;
     Gpt& g = chunk_model(k / stages_, 0);
@@ -203,30 +200,25 @@ float Engine::forward_loss(const int32_t* tokens, const int32_t* targets, int B,
     if (k > 0) pp_->recv(g.chunk_input(B, T), (k - 1) % stages_, 0);
     times_.pipe_wait += wait.seconds();
     if (g.chunk().head) {
-      loss = g.forward_chunk(tokens, targets, B, T, false, 0.0f);
+      head(g);
     } else {
       g.forward_chunk(tokens, nullptr, B, T, false, 0.0f);
       pp_->send(g.chunk_output(B, T), (k + 1) % stages_, 0);
     }
   }
+}
+
+float Engine::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  if (!pp_) return model_->forward(tokens, targets, B, T);
+  float loss = 0.0f;
+  forward_through_stages(tokens, B, T, [&](Gpt& g) { loss = g.forward_chunk(tokens, targets, B, T, false, 0.0f); });
   return loss;
 }
 
 std::vector<float> Engine::last_token_logits(const int32_t* tokens, int T) {
   if (!pp_) return model_->last_token_logits(tokens, T);
-  const int chunk_count = stages_ * shape_.virtual_stages;
   std::vector<float> values(static_cast<size_t>(dims_.vocab_size));
-  for (int k = 0; k < chunk_count; ++k) {
-    if (k % stages_ != stage_) continue;
-    Gpt& g = chunk_model(k / stages_, 0);
-    if (k > 0) pp_->recv(g.chunk_input(1, T), (k - 1) % stages_, 0);
-    if (g.chunk().head) {
-      values = g.last_token_logits(tokens, T);
-    } else {
-      g.forward_chunk(tokens, nullptr, 1, T, false, 0.0f);
-      pp_->send(g.chunk_output(1, T), (k + 1) % stages_, 0);
-    }
-  }
+  forward_through_stages(tokens, 1, T, [&](Gpt& g) { values = g.last_token_logits(tokens, T); });
   // Every stage samples the same next token from the last stage's logits.
   if (logits_row_.bytes() == 0) logits_row_ = backend_.allocate(values.size() * sizeof(float));
   const Tensor row = logits_row_.view(0, DType::F32, {dims_.vocab_size});

@@ -4,6 +4,7 @@
 // or mixed precision (bf16/fp16 working copy, fp32 master weights, fp16 loss scaling).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -297,6 +298,9 @@ class Engine {
   // group (the flat gradient at stages 0-1, before their DP reduction; the shard's piece of the
   // embeddings' unit at stages 2-3, after theirs).
   void reduce_tied_embeddings();
+  // Inference: one batch through this rank's chunks in model order, each receiving its input
+  // from the stage before and passing its output on; `head` runs the last chunk of the model.
+  void forward_through_stages(const int32_t* tokens, int B, int T, const std::function<void(Gpt&)>& head);
   bool holds_embeddings() const { return groups_[0].numel() > 0; }
   bool tied() const { return embedding_ && embedding_->size() > 1 && holds_embeddings(); }
   void issue_reduction(size_t bucket_index);

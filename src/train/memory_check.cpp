@@ -79,9 +79,8 @@ MemoryEstimate estimate_stage_memory(const Config& cfg, const EngineSettings& se
                                         : cfg.model.recompute == Recompute::Selective ? ActivationRecompute::Selective
                                                                                       : ActivationRecompute::None;
   for (const GptChunk& chunk : plan.chunks) {
-    GptArenaLayout layout;
     e.activations += plan.slots * static_cast<int64_t>(gpt_activation_bytes(dims, cfg.derived.micro_batch, recompute,
-                                                                            settings.precision, tp, sp, &layout, chunk)
+                                                                            settings.precision, tp, sp, nullptr, chunk)
                                                            .total);
   }
   return e;

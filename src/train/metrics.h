@@ -24,8 +24,8 @@ struct StepMetrics {
   // part of the phase it happened in
   double forward_seconds = -1, backward_seconds = -1, comm_wait_seconds = -1, optimizer_seconds = -1;
   double tp_wait_seconds = -1;
-  // Under pipeline parallelism, each stage's phases (its DP rank 0, TP rank 0) and the bubble it
-  // measured (the share of the schedule's run spent waiting on its neighbours), beside theory's.
+  // Under pipeline parallelism, each stage's phases (its DP rank 0, TP rank 0) and its measured
+  // bubble (the share of the pipeline's span it was not computing), beside theory's.
   struct StageTimes {
     double forward = 0, backward = 0, pipe_wait = 0, optimizer = 0, bubble = 0;
   };

@@ -36,10 +36,11 @@ void Trainer::log_banner() {
         text += fmt::format("{}[{}, {})", c ? "+" : "", l.begin, l.end);
       }
     }
+    // Rank 0 is on stage 0: its slots are stage 0's micro-batches in flight.
     log_info("pipeline: {}{}, {} micro-batches, stages {}; {} micro-batch(es) of activations kept per chunk on stage 0",
              pipe_schedule_name(ps.schedule),
              ps.virtual_stages > 1 ? fmt::format(" x {}", ps.virtual_stages) : std::string(), ps.micro_batches, text,
-             pipe_in_flight_bound({ps.schedule, stages, ps.virtual_stages, ps.micro_batches}, 0));
+             engine_.pipeline_slots());
   }
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
