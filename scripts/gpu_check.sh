@@ -328,6 +328,10 @@ judge "unit tests (ctest -L unit)" "$tests_log" "$(grep -E 'tests passed, [0-9]+
 run_step "gpu op tests" "$tests_log" 240 "$build/tests/gpu/gpu_ops" --durations yes
 judge "gpu op tests" "$tests_log" "$(grep -E '^(All tests passed|test cases:)' "$tests_log" | tail -n 1)"
 gpu_ops_rc="$step_rc"
+# The 16-bit comparisons nearest their ulp bounds (tests/gpu/ops/tolerances.h), for the record.
+echo "== 16-bit outputs nearest their bounds (worst/bound, then the test's line):"
+awk -F'worst |[(]bound |[)]$' '/^ulps: / && $3 > 0 { printf "%.2f  %s\n", $2 / $3, $0 }' "$tests_log" |
+  sort -rn | head -n 8
 run_step "gpu training tests" "$tests_log" 420 bash "$root/tests/gpu/test_cuda_train.sh" "$strata" "$root"
 judge "gpu training tests" "$tests_log" "$(grep -E 'max relative loss difference' "$tests_log" | sed -n '1p;2p' |
   sed 's/: max relative loss difference/:/' | paste -sd';')"

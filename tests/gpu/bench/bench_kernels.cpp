@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
     attention_rows(attn_path);
     if (bf16_tensor_cores && hd == 64) {
       // What the hi+lo split costs: the same kernels with P and dS rounded to bf16 once
-      // (FlashAttention's numerics, outside the 1e-2 the tests hold bf16 to; not used in training).
+      // (FlashAttention's numerics, beyond the 2 ulps the tests hold split bf16 to; not used in training).
       gpu.set_attention_bf16_operands(cuda::AttentionBf16Operands::Rounded);
       attention_rows(" [tensor cores, P rounded once]");
       gpu.set_attention_bf16_operands(cuda::AttentionBf16Operands::Split);

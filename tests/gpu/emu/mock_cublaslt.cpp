@@ -276,9 +276,35 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 // kAlgoWorkspace of workspace when the preference allows it.
 namespace {
 uint32_t g_refused_epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+bool g_accumulate_in_output_type = false;
+
+// v rounded to a stored type and read back.
+double rounded_to(int32_t type, double v) {
+  unsigned char element[4];
+  store(element, type, 0, v);
+  return load(element, type, 0);
 }
 
+// The planted accumulator bug: product(i, j) = Σ_k op(A)(i, k) · op(B)(k, j), the running sum
+// rounded to D's type after every term.
+void accumulate_in_output_type(std::vector<double>& product, const std::vector<double>& da,
+                               const EmulatedMatrixLayout& a, bool trans_a, const std::vector<double>& db,
+                               const EmulatedMatrixLayout& b, bool trans_b, const Shape& s, int32_t d_type) {
+  for (uint64_t j = 0; j < s.n; ++j)
+    for (uint64_t i = 0; i < s.m; ++i) {
+      double sum = 0.0;
+      for (uint64_t kk = 0; kk < s.k; ++kk) {
+        const double x = trans_a ? da[i * a.rows + kk] : da[kk * a.rows + i];
+        const double y = trans_b ? db[kk * b.rows + j] : db[j * b.rows + kk];
+        sum = rounded_to(d_type, sum + x * y);
+      }
+      product[j * s.m + i] = sum;
+    }
+}
+}  // namespace
+
 void mock_cublaslt_refuse_epilogue(cublasLtEpilogue_t epilogue) { g_refused_epilogue = epilogue; }
+void mock_cublaslt_accumulate_in_output_type(bool on) { g_accumulate_in_output_type = on; }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -359,6 +385,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                 static_cast<int>(s.k), 1.0, da.data(), static_cast<int>(std::max<uint64_t>(a_layout->rows, 1)),
                 db.data(), static_cast<int>(std::max<uint64_t>(b_layout->rows, 1)), 0.0, product.data(),
                 static_cast<int>(std::max<uint64_t>(s.m, 1)));
+    if (g_accumulate_in_output_type && d_layout->type != CUDA_R_32F)
+      accumulate_in_output_type(product, da, *a_layout, desc->trans_a == CUBLAS_OP_T, db, *b_layout,
+                                desc->trans_b == CUBLAS_OP_T, s, d_layout->type);
   }
   if (e == CUBLASLT_EPILOGUE_BGRADA) {  // Σ over k of op(A)'s row i, before D is written
     const std::vector<double> da = dense(a, *a_layout, tf32);

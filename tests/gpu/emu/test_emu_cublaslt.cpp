@@ -108,7 +108,8 @@ TEST_CASE("emulated GPU: a DGELU epilogue cuBLASLt does not offer runs as a GEMM
   const std::vector<float> fused = dpre_fused.gpu_values(), unfused = dpre_unfused.gpu_values();
   const std::vector<float> fused_rows(fused.begin(), fused.begin() + 32 * 264);
   const std::vector<float> unfused_rows(unfused.begin(), unfused.begin() + 32 * 264);
-  check_relative(fused_rows, unfused_rows, 1e-2, "fused against unfused dgelu");
+  // The unfused path rounds the product before the GELU gradient, as a GELU input is rounded.
+  check_ulps(fused_rows, unfused_rows, DType::BF16, kGeluEpilogueUlps, "fused against unfused dgelu");
   CHECK(fused_rows != unfused_rows);
 }
 
@@ -164,4 +165,25 @@ TEST_CASE("emulated GPU: a bias-gradient epilogue cuBLASLt does not offer runs a
   gpu().bias_backward(db_rows.gpu_tensor, rows(dout, 32));
   check_relative(dw_fused.gpu_values(), dw_rows.gpu_values(), 1e-6, "fused against unfused dweight");
   check_relative(db_fused.gpu_values(), db_rows.gpu_values(), 1e-6, "fused against unfused dbias");
+}
+
+TEST_CASE("emulated GPU: a GEMM accumulating in bf16 fails the GEMM bound the GPU tests hold bf16 outputs to") {
+  // The GPU matmul test's operand scales at GPT-2's inner dimension, on fewer rows.
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    const int64_t m = 64, n = 256, k = 768;
+    Mirrored a({m, k}, dtype), b({k, n}, dtype), out({m, n}, dtype);
+    a.randomize(121);
+    b.randomize(122, 0.05f);
+    cpu().matmul(out.cpu_tensor, a.cpu_tensor, b.cpu_tensor, Tensor(), false, false, false);
+    const std::vector<float> expected = out.cpu_values();
+    gpu().matmul(out.gpu_tensor, a.gpu_tensor, b.gpu_tensor, Tensor(), false, false, false);
+    const std::string what = std::string("matmul ") + dtype_name(dtype);
+    check_ulps(out.gpu_values(), expected, dtype, kGemmUlps, what);
+    mock_cublaslt_accumulate_in_output_type(true);
+    gpu().matmul(out.gpu_tensor, a.gpu_tensor, b.gpu_tensor, Tensor(), false, false, false);
+    mock_cublaslt_accumulate_in_output_type(false);
+    const test::UlpError wrong = test::worst_ulp_error(out.gpu_values(), expected, dtype);
+    INFO(what << " accumulated in its own type: worst " << wrong.worst << " ulps (bound " << kGemmUlps << ")");
+    CHECK(wrong.worst > kGemmUlps);
+  }
 }

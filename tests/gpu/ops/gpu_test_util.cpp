@@ -2,6 +2,7 @@
 #include "gpu_test_util.h"
 
 #include <algorithm>
+#include <iostream>
 
 namespace strata::gpu_test {
 
@@ -86,6 +87,27 @@ void check_relative(const std::vector<float>& actual, const std::vector<float>& 
   INFO(what << ": worst relative error " << worst << " at " << worst_at << " (gpu " << actual[worst_at] << ", cpu "
             << expected[worst_at] << ")");
   CHECK(worst <= tol);
+}
+
+void check_ulps(const std::vector<float>& actual, const std::vector<float>& expected, DType format, double max_ulps,
+                const std::string& what) {
+  REQUIRE(actual.size() == expected.size());
+  REQUIRE(!expected.empty());
+  const test::UlpError e = test::worst_ulp_error(actual, expected, format);
+  std::cout << "ulps: " << what << ": worst " << e.worst << " (bound " << max_ulps << ")\n";
+  INFO(what << ": mean |expected| " << e.mean_abs << "; worst " << e.worst << " " << dtype_name(format)
+            << " ulps at " << e.at << " (gpu " << actual[e.at] << ", cpu " << expected[e.at] << ")");
+  REQUIRE(e.mean_abs > 0.0);
+  CHECK(e.worst <= max_ulps);
+}
+
+void check_output(const std::vector<float>& actual, const std::vector<float>& expected, DType dtype, double max_ulps,
+                  const std::string& what) {
+  if (dtype == DType::F32) {
+    check_relative(actual, expected, 1e-5, what);
+  } else {
+    check_ulps(actual, expected, dtype, max_ulps, what);
+  }
 }
 
 }  // namespace strata::gpu_test

@@ -12,6 +12,8 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "tolerances.h"
+#include "ulp_compare.h"
 
 namespace strata::gpu_test {
 
@@ -59,7 +61,13 @@ inline Tensor shifted_view(const Tensor& storage, std::initializer_list<int64_t>
   return Tensor(static_cast<char*>(storage.data) + dtype_size(storage.dtype), storage.dtype, dims, storage.device);
 }
 
-// Tolerance for a dtype: 1e-5 for F32, 1e-2 for BF16 (and F16).
-inline double tolerance(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
+// worst_ulp_error(actual, expected, format) ≤ max_ulps, the worst printed on stdout either way
+// (the figures a GPU run records). Fails when expected is all zeros.
+void check_ulps(const std::vector<float>& actual, const std::vector<float>& expected, DType format, double max_ulps,
+                const std::string& what);
+
+// An op's output in `dtype`: fp32 within 1e-5 relative, bf16 and fp16 within max_ulps.
+void check_output(const std::vector<float>& actual, const std::vector<float>& expected, DType dtype, double max_ulps,
+                  const std::string& what);
 
 }  // namespace strata::gpu_test

@@ -30,10 +30,11 @@ bool takes_tensor_cores(DType dtype, int64_t head_dim) {
 
 // bf16 operands rounded once (no hi/lo split) err by up to 2⁻⁹ per probability, which sums to a
 // few percent of a typical element over a thousand keys; see AttentionBf16Operands.
-double attention_tolerance(DType dtype, int64_t head_dim, cuda::AttentionBf16Operands operands) {
+double attention_ulps(DType dtype, int64_t head_dim, cuda::AttentionBf16Operands operands) {
   if (dtype == DType::BF16 && takes_tensor_cores(dtype, head_dim) && operands == cuda::AttentionBf16Operands::Rounded)
-    return 5e-2;
-  return tolerance(dtype);
+    return kAttentionRoundedOperandsUlps;
+  if (!takes_tensor_cores(dtype, head_dim)) return kRoundedOnceUlps;  // the fp32 kernels
+  return dtype == DType::F16 ? kAttentionF16Ulps : kAttentionBf16Ulps;
 }
 
 // Sets the backend's bf16 attention operands for one scope (the other tests expect Split).
@@ -55,7 +56,7 @@ std::string describe(const Case& c, DType dtype) {
 // T = 1 the softmax has one input, so dq and dk are zero and both sides hold only rounding
 // noise of dP − rowsum(dO ∘ O); there they must stay far below the size of dv.
 void check_dqkv(const std::vector<float>& got, const std::vector<float>& expected, int64_t batch, int64_t seq,
-                int64_t C, double tol, const std::string& what) {
+                int64_t C, DType dtype, double max_ulps, const std::string& what) {
   std::vector<float> g[3], e[3];
   for (int64_t row = 0; row < batch * seq; ++row)
     for (int part = 0; part < 3; ++part)
@@ -64,10 +65,10 @@ void check_dqkv(const std::vector<float>& got, const std::vector<float>& expecte
         g[part].push_back(got[at]);
         e[part].push_back(expected[at]);
       }
-  check_relative(g[2], e[2], tol, "attention dv " + what);
+  check_output(g[2], e[2], dtype, max_ulps, "attention dv " + what);
   if (seq > 1) {
-    check_relative(g[0], e[0], tol, "attention dq " + what);
-    check_relative(g[1], e[1], tol, "attention dk " + what);
+    check_output(g[0], e[0], dtype, max_ulps, "attention dq " + what);
+    check_output(g[1], e[1], dtype, max_ulps, "attention dk " + what);
     return;
   }
   double mean_dv = 0.0, largest = 0.0;
@@ -84,7 +85,7 @@ void check_attention(const Case& c, DType dtype,
   const Bf16OperandsScope scope(operands);
   const int64_t C = c.heads * c.head_dim;
   const std::string what = describe(c, dtype) + (operands == cuda::AttentionBf16Operands::Rounded ? " rounded" : "");
-  const double tol = attention_tolerance(dtype, c.head_dim, operands);
+  const double max_ulps = attention_ulps(dtype, c.head_dim, operands);
   Mirrored qkv({c.batch, c.seq, 3 * C}, dtype), out({c.batch, c.seq, C}, dtype), lse({c.batch, c.heads, c.seq}, DType::F32);
   Mirrored dout({c.batch, c.seq, C}, dtype), dqkv({c.batch, c.seq, 3 * C}, dtype);
   qkv.randomize(static_cast<uint64_t>(c.seq * 131 + c.head_dim + c.heads), 1.5f);
@@ -93,7 +94,7 @@ void check_attention(const Case& c, DType dtype,
 
   cpu().attention_forward(out.cpu_tensor, lse.cpu_tensor, qkv.cpu_tensor, nh);
   gpu().attention_forward(out.gpu_tensor, lse.gpu_tensor, qkv.gpu_tensor, nh);
-  check_relative(out.gpu_values(), out.cpu_values(), tol, "attention out " + what);
+  check_output(out.gpu_values(), out.cpu_values(), dtype, max_ulps, "attention out " + what);
   check_relative(lse.gpu_values(), lse.cpu_values(), 1e-5, "attention lse " + what);
   const auto out_bytes = out.gpu_bytes(), lse_bytes = lse.gpu_bytes();
   gpu().zero(out.gpu_tensor);
@@ -106,7 +107,7 @@ void check_attention(const Case& c, DType dtype,
   lse.sync_to_gpu();
   cpu().attention_backward(dqkv.cpu_tensor, dout.cpu_tensor, qkv.cpu_tensor, out.cpu_tensor, lse.cpu_tensor, nh);
   gpu().attention_backward(dqkv.gpu_tensor, dout.gpu_tensor, qkv.gpu_tensor, out.gpu_tensor, lse.gpu_tensor, nh);
-  check_dqkv(dqkv.gpu_values(), dqkv.cpu_values(), c.batch, c.seq, C, tol, what);
+  check_dqkv(dqkv.gpu_values(), dqkv.cpu_values(), c.batch, c.seq, C, dtype, max_ulps, what);
   const auto first = dqkv.gpu_bytes();
   gpu().zero(dqkv.gpu_tensor);
   gpu().attention_backward(dqkv.gpu_tensor, dout.gpu_tensor, qkv.gpu_tensor, out.gpu_tensor, lse.gpu_tensor, nh);
@@ -179,7 +180,7 @@ TEST_CASE("gpu: 16-bit attention on tensors that are not 16-byte aligned takes t
 
     cpu().attention_forward(out.cpu_tensor, lse.cpu_tensor, qkv.cpu_tensor, static_cast<int>(NH));
     gpu().attention_forward(out.gpu_tensor, lse.gpu_tensor, qkv_view, static_cast<int>(NH));
-    check_relative(out.gpu_values(), out.cpu_values(), tolerance(dtype), "attention out " + what);
+    check_output(out.gpu_values(), out.cpu_values(), dtype, kRoundedOnceUlps, "attention out " + what);
     check_relative(lse.gpu_values(), lse.cpu_values(), 1e-5, "attention lse " + what);
 
     out.sync_to_gpu();
@@ -188,7 +189,7 @@ TEST_CASE("gpu: 16-bit attention on tensors that are not 16-byte aligned takes t
                              static_cast<int>(NH));
     gpu().attention_backward(dqkv_view, dout.gpu_tensor, qkv_view, out.gpu_tensor, lse.gpu_tensor,
                              static_cast<int>(NH));
-    check_dqkv(device_values(dqkv_view), dqkv.cpu_values(), B, T, C, tolerance(dtype), what);
+    check_dqkv(device_values(dqkv_view), dqkv.cpu_values(), B, T, C, dtype, kRoundedOnceUlps, what);
   }
 }
 

@@ -77,10 +77,10 @@ TEST_CASE("gpu: add and GELU forward/backward match the CPU backend") {
     CHECK(out.gpu_values() == out.cpu_values());
     cpu().gelu_forward(out.cpu_tensor, a.cpu_tensor);
     gpu().gelu_forward(out.gpu_tensor, a.gpu_tensor);
-    check_relative(out.gpu_values(), out.cpu_values(), tolerance(dtype), "gelu_forward");
+    check_output(out.gpu_values(), out.cpu_values(), dtype, kRoundedOnceUlps, "gelu_forward");
     cpu().gelu_backward(g.cpu_tensor, g.cpu_tensor, a.cpu_tensor);  // dinp aliases dout
     gpu().gelu_backward(g.gpu_tensor, g.gpu_tensor, a.gpu_tensor);
-    check_relative(g.gpu_values(), g.cpu_values(), tolerance(dtype), "gelu_backward");
+    check_output(g.gpu_values(), g.cpu_values(), dtype, kRoundedOnceUlps, "gelu_backward");
   }
   Mirrored f({8}, DType::F32), h({8}, DType::BF16);
   CHECK_THROWS_AS(gpu().add(f.gpu_tensor, f.gpu_tensor, h.gpu_tensor), std::invalid_argument);

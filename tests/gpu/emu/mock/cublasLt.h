@@ -103,6 +103,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 // the heuristic offers no algorithm for a descriptor with this epilogue, as a cuBLASLt version or
 // GPU without it would.
 void mock_cublaslt_refuse_epilogue(cublasLtEpilogue_t epilogue);
+// Another test control: while on, a GEMM with a 16-bit D holds its running sum over k in D's
+// type, rounding after every product (a kernel built with the wrong accumulator type), so the
+// tests can prove their bounds catch it.
+void mock_cublaslt_accumulate_in_output_type(bool on);
 
 // D = epilogue(alpha · op(A) · op(B) + beta · C), run on the CPU before it returns.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* a,
