@@ -28,6 +28,7 @@ done | sort -u >"$scratch/files"
 export STRATA_BUILD_DIR="${STRATA_BUILD_DIR:-$root/build-bundle-check}"
 export STRATA_DEPS_UNPACK="${STRATA_DEPS_UNPACK:-$scratch/deps}"
 export STRATA_CHECK_BUDGET_S="${STRATA_CHECK_BUDGET_S:-3000}"  # a 2-core build takes minutes
+# shellcheck disable=SC2016  # the inner shell expands its own variables
 unshare --mount --propagation private bash -c '
   set -e
   hidden=0

@@ -1,15 +1,36 @@
 #!/usr/bin/env bash
-# Installs the Debian packages strata needs to build, test and run. Idempotent: when all
-# are present it does nothing. Needs root (or sudo) only when something is missing.
+# Installs the distribution packages strata needs to build, test and run on Debian 12 and 13 and
+# Ubuntu 24.04, which share the package names (Ubuntu's come from its universe component).
+# Idempotent: when all are present it does nothing. Needs root (or sudo) only when something is
+# missing. STRATA_OS_RELEASE and STRATA_PYTHON3 name another os-release file and python3.
 set -euo pipefail
+
+os_release="${STRATA_OS_RELEASE:-/etc/os-release}"
+python3_bin="${STRATA_PYTHON3:-/usr/bin/python3}"
+
+ID="" VERSION_ID="" PRETTY_NAME=""
+# shellcheck source=/dev/null
+[ -r "$os_release" ] && . "$os_release"
+distribution="${PRETTY_NAME:-an unknown distribution}"
+case "${ID:-} ${VERSION_ID:-}" in
+  "debian 12" | "debian 13" | "ubuntu 24.04") ;;
+  *) echo "install-deps: warning: $distribution is not one strata is tested on (Debian 12 or 13, Ubuntu 24.04);" \
+    "trying the same package names" >&2 ;;
+esac
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libcli11-dev libfmt-dev catch2 nlohmann-json3-dev libopenblas-dev
-  python3 python3-torch python3-numpy
-  bible-kjv gnuplot-nox
+  python3 bible-kjv gnuplot-nox shellcheck
 )
+# The PyTorch reference tier runs on the system python3: a PyTorch it already imports (one
+# installed with pip, as on GPU images) is used as it is.
+if "$python3_bin" -c "import torch, numpy" >/dev/null 2>&1; then
+  echo "install-deps: $python3_bin already imports torch and numpy"
+else
+  packages+=(python3-torch python3-numpy)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -19,11 +40,11 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
+  echo "install-deps: all ${#packages[@]} packages present ($distribution)"
   exit 0
 fi
 
-echo "install-deps: installing ${missing[*]}"
+echo "install-deps: installing on $distribution: ${missing[*]}"
 if [ "$(id -u)" -eq 0 ]; then
   SUDO=()
 elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
@@ -36,5 +57,20 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -q
+# Name what the configured sources lack before apt-get refuses the whole list.
+unavailable=()
+for p in "${missing[@]}"; do
+  candidate="$(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ { print $2 }')"
+  if [ -z "$candidate" ] || [ "$candidate" = "(none)" ]; then
+    unavailable+=("$p")
+  fi
+done
+if [ ${#unavailable[@]} -gt 0 ]; then
+  echo "install-deps: the package sources of $distribution offer no ${unavailable[*]}" >&2
+  if [ "${ID:-}" = ubuntu ]; then
+    echo "  they are in Ubuntu's universe component: sudo add-apt-repository -y universe, then run this again" >&2
+  fi
+  exit 2
+fi
 "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 echo "install-deps: done"

@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
-[ -n "$base" ] && [ -f "$base" ] || die "--config: '$base' is not a file"
+if [ -z "$base" ] || [ ! -f "$base" ]; then die "--config: '$base' is not a file"; fi
 [ -n "$out" ] || die "--out DIR is required"
 [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "--np: '$np' is not a positive number of ranks"
 [ ${#axes[@]} -gt 0 ] || [ -n "$grid" ] || die "give at least one --axis KEY=V1,V2 or a --grid FILE"
@@ -48,7 +48,7 @@ strata="${STRATA:-}"
 if [ -z "$strata" ]; then
   if [ -x "$root/build/bin/strata" ]; then strata="$root/build/bin/strata"; else strata="$(command -v strata || true)"; fi
 fi
-[ -n "$strata" ] && [ -x "$strata" ] || die "no strata binary: build it (scripts/build.sh) or set STRATA"
+if [ -z "$strata" ] || [ ! -x "$strata" ]; then die "no strata binary: build it (scripts/build.sh) or set STRATA"; fi
 mkdir -p "$out" || die "cannot create $out"
 out="$(cd "$out" && pwd)"
 base="$(cd "$(dirname "$base")" && pwd)/$(basename "$base")"

@@ -35,7 +35,8 @@ fi
 
 cmake -S "$root" -B "$build" -G Ninja -DSTRATA_CUDA=OFF -DSTRATA_EMULATOR=OFF -DSTRATA_WERROR=ON \
   -DCMAKE_PREFIX_PATH="$prefix" | grep -F -- "-- Catch2 " || { echo "test-catch2-v3: Catch2 not reported"; exit 1; }
-ninja -C "$build" ${STRATA_NINJA_ARGS:-}
+read -r -a ninja_args <<<"${STRATA_NINJA_ARGS:-}"  # more ninja arguments, split at spaces
+ninja -C "$build" "${ninja_args[@]}"
 cd "$build"
 if [ $# -eq 0 ]; then set -- -L unit; fi
 ctest --output-on-failure --timeout 900 -j "${STRATA_TEST_JOBS:-2}" "$@"

@@ -18,7 +18,8 @@ export OPENBLAS_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 # the tree builds in about half the time of -O2 -g.
 cmake -S "$root" -B "$build" -G Ninja -DSTRATA_CUDA=OFF -DSTRATA_EMULATOR=OFF -DSTRATA_WERROR=OFF \
   -DSTRATA_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" >/dev/null
-ninja -C "$build" ${STRATA_NINJA_ARGS:-}
+read -r -a ninja_args <<<"${STRATA_NINJA_ARGS:-}"  # more ninja arguments, split at spaces
+ninja -C "$build" "${ninja_args[@]}"
 (cd "$build" && ctest --output-on-failure --timeout 900 -j "${STRATA_TEST_JOBS:-2}" -L unit)
 (cd "$build" && ctest --output-on-failure --timeout 600 -R "^mpi: comm np=")
 
