@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -31,10 +32,38 @@ std::string rank_list(const std::vector<int>& ranks) {
 }  // namespace
 
 std::vector<int64_t> gather_from_all_ranks(const MpiRuntime& mpi, const std::vector<int64_t>& mine) {
-  std::vector<int64_t> all(mine.size() * static_cast<size_t>(mpi.world_size()));
-  MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
-                          static_cast<int>(mine.size()), MPI_INT64_T, mpi.world()));
-  return all;
+  return mpi.all_gather(mine);
+}
+
+std::string rank_placement(const MpiRuntime& mpi) {
+  constexpr size_t kWords = 8;  // host names travel as 64 bytes (longer ones are cut)
+  std::vector<int64_t> mine(kWords, 0);
+  std::memcpy(mine.data(), mpi.hostname().data(), std::min(mpi.hostname().size(), kWords * sizeof(int64_t) - 1));
+  const std::vector<int64_t> all = mpi.all_gather(mine);
+  std::vector<std::string> hosts;
+  std::vector<std::vector<int>> ranks;
+  for (int r = 0; r < mpi.world_size(); ++r) {
+    const std::string host(reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * kWords));
+    const size_t at = static_cast<size_t>(std::find(hosts.begin(), hosts.end(), host) - hosts.begin());
+    if (at == hosts.size()) {
+      hosts.push_back(host);
+      ranks.emplace_back();
+    }
+    ranks[at].push_back(r);
+  }
+  std::string text;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    std::string runs;
+    const std::vector<int>& rs = ranks[h];
+    for (size_t i = 0; i < rs.size();) {
+      size_t j = i;
+      while (j + 1 < rs.size() && rs[j + 1] == rs[j] + 1) ++j;
+      runs += (runs.empty() ? "" : ",") + (j > i ? fmt::format("{}-{}", rs[i], rs[j]) : std::to_string(rs[i]));
+      i = j + 1;
+    }
+    text += fmt::format("{}{}: rank{} {}", h ? "; " : "", hosts[h], rs.size() == 1 ? "" : "s", runs);
+  }
+  return text;
 }
 
 int first_rank_unlike_rank0(const std::vector<int64_t>& all, size_t width) {
@@ -75,10 +104,7 @@ void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const 
   }
 
   const int first = failed_ranks.front();
-  int length = static_cast<int>(message.size());
-  MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, mpi.world()));
-  message.resize(static_cast<size_t>(length));
-  MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first, mpi.world()));
+  mpi.broadcast(message, first);
   throw UserError(fmt::format(
       "{}: failed on rank{} {} of {} only; rank {} on {}\n"
       "(each rank reads files and finds devices on its own node: paths must name the same files on every node, "

@@ -17,6 +17,11 @@ namespace strata {
 
 // Owns MPI for the process: initialises it (a plain `strata ...` runs as a one-rank MPI
 // singleton), makes MPI errors return to us instead of aborting silently, and finalises.
+namespace comm_detail {
+class MpiOperation;
+struct GroupInfo;
+}  // namespace comm_detail
+
 class MpiRuntime {
  public:
   MpiRuntime(int* argc, char*** argv);
@@ -30,12 +35,26 @@ class MpiRuntime {
   int local_size() const { return local_size_; }
   const std::string& hostname() const { return hostname_; }
   MPI_Comm world() const { return MPI_COMM_WORLD; }
+
+  // Collectives over the world for the run's control (checkpoint saves, agreements), on a
+  // communicator of their own. Like Comm's, they wait at most comm_timeout_seconds() and then
+  // abort the job naming the ranks that never answered: a dead node must not hang a save.
   void barrier() const;
+  // Every rank's values (the same count on each), rank after rank.
+  std::vector<int64_t> all_gather(const std::vector<int64_t>& mine) const;
+  // root's bytes on every rank (resized to root's length).
+  void broadcast(std::string& bytes, int root) const;
 
  private:
+  // One operation whose messages `post` posts (with a fresh tag), waited for with the timeout.
+  void exchange(const char* what, const std::function<void(comm_detail::MpiOperation&, int tag)>& post) const;
+
   int world_rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string hostname_;
   MPI_Comm node_comm_ = MPI_COMM_NULL;
+  MPI_Comm control_comm_ = MPI_COMM_NULL;
+  std::shared_ptr<const comm_detail::GroupInfo> control_group_;
+  mutable int control_tag_ = 0;
 };
 
 // Collective over the world: runs `step` (set-up that a rank does on its own: opening files,
@@ -47,6 +66,9 @@ class MpiRuntime {
 void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const std::function<void()>& step);
 // Collective over the world: every rank's values (the same count on each), rank after rank.
 std::vector<int64_t> gather_from_all_ranks(const MpiRuntime& mpi, const std::vector<int64_t>& mine);
+// Collective over the world: which ranks run on which host, hosts in order of their first rank,
+// runs of consecutive ranks joined: "node0: ranks 0-1; node1: ranks 2-3".
+std::string rank_placement(const MpiRuntime& mpi);
 // The lowest rank whose `width` values in a gather_from_all_ranks result differ from rank 0's;
 // -1 when every rank agrees with rank 0.
 int first_rank_unlike_rank0(const std::vector<int64_t>& all, size_t width);

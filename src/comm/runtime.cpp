@@ -1,8 +1,12 @@
 // MPI start-up and shutdown. Errors are returned (MPI_ERRORS_RETURN) so MPI_CHECK can name
 // the failing call and rank before taking the job down.
+#include <fmt/core.h>
 #include <unistd.h>
 
+#include <numeric>
+
 #include "comm/comm.h"
+#include "comm/mpi_progress.h"
 #include "core/core.h"
 
 namespace strata {
@@ -20,14 +24,73 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
   hostname_ = host;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &control_comm_));
+  MPI_CHECK(MPI_Comm_set_errhandler(control_comm_, MPI_ERRORS_RETURN));
+  auto group = std::make_shared<comm_detail::GroupInfo>();
+  group->comm_name = "world";
+  group->world_ranks.resize(static_cast<size_t>(world_size_));
+  std::iota(group->world_ranks.begin(), group->world_ranks.end(), 0);
+  control_group_ = std::move(group);
 }
 
 MpiRuntime::~MpiRuntime() {
+  if (control_comm_ != MPI_COMM_NULL) MPI_Comm_free(&control_comm_);
   if (node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
   if (mpi_is_initialized()) MPI_Finalize();
 }
 
-void MpiRuntime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+void MpiRuntime::exchange(const char* what,
+                          const std::function<void(comm_detail::MpiOperation&, int tag)>& post) const {
+  if (world_size_ == 1) return;
+  auto operation = std::make_shared<comm_detail::MpiOperation>(control_group_, this, what);
+  control_tag_ = (control_tag_ + 1) % 32768;  // MPI guarantees tags up to 32767
+  post(*operation, control_tag_);
+  comm_detail::start_operation(operation);
+  comm_detail::wait_operation(*operation);
+}
+
+// Every rank tells every other one it has arrived (staggered peers, receives posted first): a
+// rank that never arrives is named by everyone waiting for it.
+void MpiRuntime::barrier() const {
+  exchange("barrier", [this](comm_detail::MpiOperation& o, int tag) {
+    for (int k = 1; k < world_size_; ++k)
+      o.post_recv(nullptr, 0, 1, MPI_BYTE, (world_rank_ - k + world_size_) % world_size_, tag, control_comm_);
+    for (int k = 1; k < world_size_; ++k)
+      o.post_send(nullptr, 0, 1, MPI_BYTE, (world_rank_ + k) % world_size_, tag, control_comm_);
+  });
+}
+
+std::vector<int64_t> MpiRuntime::all_gather(const std::vector<int64_t>& mine) const {
+  const int64_t n = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(world_size_));
+  std::copy(mine.begin(), mine.end(), all.begin() + world_rank_ * n);
+  exchange("all_gather", [&](comm_detail::MpiOperation& o, int tag) {
+    for (int k = 1; k < world_size_; ++k) {
+      const int peer = (world_rank_ - k + world_size_) % world_size_;
+      o.post_recv(all.data() + peer * n, n, sizeof(int64_t), MPI_INT64_T, peer, tag, control_comm_);
+    }
+    for (int k = 1; k < world_size_; ++k)
+      o.post_send(mine.data(), n, sizeof(int64_t), MPI_INT64_T, (world_rank_ + k) % world_size_, tag, control_comm_);
+  });
+  return all;
+}
+
+void MpiRuntime::broadcast(std::string& bytes, int root) const {
+  int64_t length = static_cast<int64_t>(bytes.size());
+  const auto from_root = [&](void* data, int64_t count, int elem_bytes, MPI_Datatype type) {
+    return [=](comm_detail::MpiOperation& o, int tag) {
+      if (world_rank_ != root) {
+        o.post_recv(data, count, elem_bytes, type, root, tag, control_comm_);
+        return;
+      }
+      for (int peer = 0; peer < world_size_; ++peer)
+        if (peer != root) o.post_send(data, count, elem_bytes, type, peer, tag, control_comm_);
+    };
+  };
+  exchange("broadcast of a length", from_root(&length, 1, sizeof(int64_t), MPI_INT64_T));
+  bytes.resize(static_cast<size_t>(length));
+  exchange("broadcast", from_root(bytes.data(), length, 1, MPI_CHAR));
+}
 
 GridCoord grid_coord(const GridShape& shape, int rank) {
   GridCoord c;

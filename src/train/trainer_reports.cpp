@@ -24,6 +24,9 @@ void Trainer::log_banner() {
            engine_.tensor_parallel().sequence_parallel() ? "on"
            : cfg_.parallelism.sequence_parallel          ? "off (it needs TP > 1)"
                                                          : "off");
+  // Collective: every rank gives its host (where a lost node's ranks can be read off).
+  const std::string placement = rank_placement(mpi_);
+  if (mpi_.world_size() > 1) log_info("placement: {}", placement);
   if (cfg_.derived.pp_size > 1) {
     // Stage s holds model chunks s, s + PP, …: their layers, joined with '+'.
     const PipelineSettings ps = engine_settings_from_config(cfg_).pipeline;
