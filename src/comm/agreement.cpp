@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "comm/mpi_progress.h"
 #include "core/core.h"
 
 namespace strata {
@@ -40,10 +41,11 @@ std::string rank_placement(const MpiRuntime& mpi) {
   std::vector<int64_t> mine(kWords, 0);
   std::memcpy(mine.data(), mpi.hostname().data(), std::min(mpi.hostname().size(), kWords * sizeof(int64_t) - 1));
   const std::vector<int64_t> all = mpi.all_gather(mine);
-  std::vector<std::string> hosts;
+  std::vector<std::string> hosts, host_of_rank;
   std::vector<std::vector<int>> ranks;
   for (int r = 0; r < mpi.world_size(); ++r) {
     const std::string host(reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * kWords));
+    host_of_rank.push_back(host);
     const size_t at = static_cast<size_t>(std::find(hosts.begin(), hosts.end(), host) - hosts.begin());
     if (at == hosts.size()) {
       hosts.push_back(host);
@@ -51,6 +53,7 @@ std::string rank_placement(const MpiRuntime& mpi) {
     }
     ranks[at].push_back(r);
   }
+  comm_detail::set_world_hosts(std::move(host_of_rank));
   std::string text;
   for (size_t h = 0; h < hosts.size(); ++h) {
     std::string runs;

@@ -102,19 +102,38 @@ std::string MpiOperation::describe_pending() const {
     const int world = group_->world_ranks[static_cast<size_t>(request_peers_[i])];
     (request_is_recv_[i] ? receiving : sending).insert(world);
   }
-  std::string members;
-  for (int r : group_->world_ranks) members += (members.empty() ? "" : ",") + std::to_string(r);
   std::string pending;
   auto list = [](const std::set<int>& ranks) {
     std::string s;
-    for (int r : ranks) s += (s.empty() ? "world rank " : ", world rank ") + std::to_string(r);
+    for (int r : ranks) s += (s.empty() ? "" : ", ") + world_rank_name(r);
     return s;
   };
   if (!receiving.empty()) pending += "no data yet from " + list(receiving);
   if (!sending.empty())
     pending += (pending.empty() ? "" : "; ") + std::string("our data not yet received by ") + list(sending);
-  return fmt::format("{} on communicator '{}' (world ranks {}): {}", description_, group_->comm_name, members,
-                     pending.empty() ? "finishing local work" : pending);
+  return fmt::format("{}: {}", describe(), pending.empty() ? "finishing local work" : pending);
+}
+
+std::string MpiOperation::describe() const {
+  std::string members;
+  for (int r : group_->world_ranks) members += (members.empty() ? "" : ",") + std::to_string(r);
+  return fmt::format("{} on communicator '{}' (world ranks {})", description_, group_->comm_name, members);
+}
+
+namespace {
+std::vector<std::string>& world_hosts() {
+  static std::vector<std::string> hosts;
+  return hosts;
+}
+}  // namespace
+
+void set_world_hosts(std::vector<std::string> hosts) { world_hosts() = std::move(hosts); }
+
+std::string world_rank_name(int world_rank) {
+  const std::vector<std::string>& hosts = world_hosts();
+  if (world_rank >= 0 && static_cast<size_t>(world_rank) < hosts.size())
+    return fmt::format("world rank {} ({})", world_rank, hosts[static_cast<size_t>(world_rank)]);
+  return fmt::format("world rank {}", world_rank);
 }
 
 void start_operation(const std::shared_ptr<MpiOperation>& op) {
@@ -134,14 +153,25 @@ void wait_operation(MpiOperation& op) {
   if (op.done()) return;
   const double limit = comm_timeout_seconds();
   const Timer waited;
+  WaitWatch watch(op, limit);
+  // What the watchdog says should MPI stop returning (the first progress pass can already
+  // block, connecting to a lost node): taken now, refreshed once a second of waiting.
+  if (limit > 0) watch.pending(op.describe_pending());
+  double described_at = 0;
   while (!op.done()) {
     progress_all();
     if (op.done()) break;
+    watch.alive();
+    if (limit > 0 && waited.seconds() - described_at >= 1.0) {
+      described_at = waited.seconds();
+      watch.pending(op.describe_pending());
+    }
     if (limit > 0 && waited.seconds() > limit) {
       log_error(
           "communication timeout: waited {:.0f} s for {}. A rank is dead, stalled, or running a different "
           "operation; aborting the job (limit STRATA_COMM_TIMEOUT_S={:g} s)",
           waited.seconds(), op.describe_pending(), limit);
+      watch.aborting();
       abort_job(kExitDeviceFailure);
     }
     // Ranks often outnumber cores (tests, CPU runs): a waiting rank gives its core away.

@@ -36,6 +36,8 @@ class MpiOperation {
   const void* owner() const { return owner_; }
   // One line for a timeout: the communicator, the operation and the peers still pending.
   std::string describe_pending() const;
+  // The communicator and the operation only (what never changes while it runs).
+  std::string describe() const;
 
   // Receive space for phases that reduce; uninitialised (it is always written first).
   unsigned char* allocate_scratch(size_t bytes);
@@ -64,5 +66,33 @@ void progress_all();
 void wait_operation(MpiOperation& op);
 // Waits for every registered operation whose owner is `owner` (a communicator closing).
 void wait_owned_by(const void* owner);
+
+// The host of every world rank (rank_placement learns them), for naming ranks in messages.
+void set_world_hosts(std::vector<std::string> hosts);
+// "world rank 2 (node1)", or "world rank 2" while the hosts are unknown.
+std::string world_rank_name(int world_rank);
+
+// A wait watched from outside (wait_watchdog.cpp): a rank can block inside an MPI call, where
+// wait_operation's own timeout check never runs (Open MPI's TCP transport does when a peer's
+// node is lost). Past the limit, with the waiting thread not back from MPI for a while, a
+// watchdog thread prints what the wait was for (the pending peers as last described) and
+// ends the process with exit code 3. No watch when the limit is 0 (timeouts off).
+class WaitWatch {
+ public:
+  WaitWatch(const MpiOperation& op, double limit_seconds);
+  ~WaitWatch();
+  WaitWatch(const WaitWatch&) = delete;
+  WaitWatch& operator=(const WaitWatch&) = delete;
+  // The waiting thread is between MPI calls.
+  void alive();
+  // The pending peers, as describe_pending says them now.
+  void pending(std::string text);
+  // The waiting thread has reported the timeout itself and now aborts the job: should MPI_Abort
+  // not return either, the watchdog only ends the process.
+  void aborting();
+
+ private:
+  bool active_;
+};
 
 }  // namespace strata::comm_detail

@@ -15,7 +15,8 @@ out="$(cat "$WORK/out.txt")"
 [ "$rc" -ne 0 ] || { echo "$out"; fail "job exited 0 with rank 2 stalled"; }
 expect_contains "$out" "communication timeout"
 # A peer names rank 2 as the one it waits for: its data has not arrived, or it has not taken
-# the peer's (which of the two depends on where in the collective rank 2 was stopped).
-grep -E '^\[rank [013]\] error: communication timeout.*(no data yet from|our data not yet received by)( world rank [0-9]+,)* world rank 2\b' \
+# the peer's (which of the two depends on where in the collective rank 2 was stopped); ranks
+# are named with their hosts once the banner has gathered them.
+grep -E '^\[rank [013]\] error: communication timeout.*(no data yet from|our data not yet received by)( world rank [0-9]+( \([^)]*\))?,)* world rank 2\b' \
   <<<"$out" >/dev/null || { echo "$out"; fail "no peer names world rank 2 as the one it waits for"; }
 echo "ok: job ended (exit $rc) after $JOB_SECONDS s, naming rank 2"

@@ -6,57 +6,21 @@
 # - the banner's placement puts ranks 0-1 on node0 and 2-3 on node1;
 # - DP 2 x TP 2 (each TP group inside a node) trains 8 steps within 1e-5 of one rank running the
 #   same global batch, with no warning; TP 4 spans both nodes and is warned about;
-# - killing every process of node1 mid-run ends the job within 2 x STRATA_STOP_GRACE_S and a
-#   margin, with Open MPI's report of the lost node, and the same command resumes from the
-#   newest checkpoint, its losses equal to the uninterrupted run's bit for bit.
+# - killing every process of node1 mid-run: the survivors' collectives time out
+#   (STRATA_COMM_TIMEOUT_S) naming the ranks of node1 they wait for, the job ends within
+#   2 x STRATA_STOP_GRACE_S and a margin, with Open MPI's report of the lost node, and the same
+#   command resumes from the newest checkpoint, its losses equal to the uninterrupted run's bit
+#   for bit.
 # Needs root and `ip netns`; skipped (exit 77) otherwise, saying why.
 source "$(dirname "$0")/../lib/common.sh"
-
-skip() { echo "skipped: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
-command -v ip >/dev/null || skip "no ip command (iproute2)"
-command -v unshare >/dev/null || skip "no unshare command (util-linux)"
-tag="$$"
-switch="strata-sw-$tag" nodes=("strata-n0-$tag" "strata-n1-$tag")
-cleanup() {
-  for ns in "${nodes[@]}" "$switch"; do
-    pids="$(ip netns pids "$ns" 2>/dev/null || true)"
-    [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
-    ip netns delete "$ns" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-ip netns add "$switch" 2>/dev/null || skip "cannot create a network namespace (ip netns add failed)"
-ip -n "$switch" link add br0 type bridge
-ip -n "$switch" link set br0 up
-for i in 0 1; do
-  ip netns add "${nodes[$i]}"
-  ip -n "$switch" link add "port$i" type veth peer name strata0 netns "${nodes[$i]}"
-  ip -n "$switch" link set "port$i" master br0 up
-  ip -n "${nodes[$i]}" addr add "10.213.0.$((i + 1))/24" dev strata0
-  ip -n "${nodes[$i]}" link set strata0 up
-  ip -n "${nodes[$i]}" link set lo up
-done
-
-# The rsh agent: `agent HOST COMMAND...` runs COMMAND as a remote shell would, on that node.
+source "$(dirname "$0")/../lib/netns_nodes.sh"
+netns_nodes 2
 agent="$WORK/netns-rsh"
-cat >"$agent" <<EOF
-#!/usr/bin/env bash
-case "\$1" in
-  10.213.0.1) ns=${nodes[0]} name=node0 ;;
-  10.213.0.2) ns=${nodes[1]} name=node1 ;;
-  *) echo "netns-rsh: no node \$1" >&2; exit 255 ;;
-esac
-shift
-exec ip netns exec "\$ns" unshare --uts /bin/sh -c 'hostname "\$1"; shift; eval "\$*"' sh "\$name" "\$@"
-EOF
-chmod +x "$agent"
+netns_rsh_agent "$agent"
 
 # on_nodes ARGS...: launch/mpirun.sh from node0 over both nodes, 2 ranks each.
 on_nodes() {
-  ip netns exec "${nodes[0]}" unshare --uts /bin/sh -c 'hostname node0; exec "$@"' sh \
-    "$SRC/launch/mpirun.sh" --hosts 10.213.0.1,10.213.0.2 --ranks-per-node 2 --iface strata0 --bind none \
+  on_node 0 "$SRC/launch/mpirun.sh" --hosts 10.213.0.1,10.213.0.2 --ranks-per-node 2 --iface strata0 --bind none \
     --mpirun-arg --mca --mpirun-arg plm_rsh_agent --mpirun-arg "$agent" -- "$STRATA" "$@"
 }
 
@@ -91,7 +55,9 @@ expect_contains "$OUT" "tensor-parallel group of (dp 0, pp 0) spans several node
 
 # node1 dies: every process in its namespace is killed once a checkpoint is on disk.
 kill_args=(train --config "$WORK/run.yaml" "${tp2[@]}" --set train.iters=100000 --set checkpoint.dir="$WORK/ckpt_kill")
-on_nodes "${kill_args[@]}" >"$WORK/kill.log" 2>&1 &
+# The survivors' collectives time out after 6 s, well inside the kill sequence of mpirun (twice
+# the grace: 16 s), and name the ranks they wait for with their host.
+STRATA_COMM_TIMEOUT_S=6 STRATA_STOP_GRACE_S=8 on_nodes "${kill_args[@]}" >"$WORK/kill.log" 2>&1 &
 job=$!
 for _ in $(seq 1 600); do
   grep -q "saved checkpoint" "$WORK/kill.log" && break
@@ -100,9 +66,8 @@ for _ in $(seq 1 600); do
 done
 grep -q "saved checkpoint" "$WORK/kill.log" || { cat "$WORK/kill.log"; fail "no checkpoint within 60 s"; }
 started=$SECONDS
-# shellcheck disable=SC2046  # one pid per word
-kill -KILL $(ip netns pids "${nodes[1]}")
-limit=$((2 * STRATA_STOP_GRACE_S + 20))
+netns_kill_node 1
+limit=$((2 * 8 + 20))
 while kill -0 "$job" 2>/dev/null && [ $((SECONDS - started)) -le "$limit" ]; do sleep 0.2; done
 if kill -0 "$job" 2>/dev/null; then
   kill -KILL "$job"
@@ -115,6 +80,8 @@ wait "$job" || rc=$?
 grep -qE "lost communication with a remote daemon|unable to reliably start one or more daemons" "$WORK/kill.log" ||
   { cat "$WORK/kill.log"; fail "no report of the lost node"; }
 echo "the job ended $((SECONDS - started)) s after node1 was killed (exit $rc)"
+grep -E "communication timeout: .*world rank [23] \(node1\)" "$WORK/kill.log" ||
+  { cat "$WORK/kill.log"; fail "no survivor named a rank of node1 as the one it waits for"; }
 
 saved=$(cat "$WORK/ckpt_kill/latest")
 until=$((10#${saved#step_} + 2))
