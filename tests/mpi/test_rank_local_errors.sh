@@ -2,7 +2,7 @@
 # Errors that only some ranks see (nodes that do not share files, or are set up differently)
 # end the whole job with exit code 2 and the failing rank's message, in seconds, instead of
 # leaving the other ranks blocked in a collective. Ranks get different working directories
-# (mpirun's -wdir per app context), so relative paths name different files on each rank, as
+# (set per rank by a script), so relative paths name different files on each rank, as
 # they would on nodes without a shared file system. Every run is under a time limit: a hang
 # fails the test.
 source "$(dirname "$0")/../lib/common.sh"
@@ -10,13 +10,20 @@ make_text_data "$WORK/data"
 mkdir -p "$WORK/a" "$WORK/b"
 write_small_config "$WORK/a/cfg.yaml" "$WORK/data" "train: {iters: 4, seed: 3}"
 
-# mixed RANK0_ARGS -- RANK1_ARGS: one rank per app context, each from its own command line.
+# mixed SETUP0 SETUP1 CMD...: two ranks of CMD, rank 0 after the shell commands SETUP0 (its own
+# working directory or environment) and rank 1 after SETUP1. One app context and a script doing
+# the set-up, rather than an MPMD command line: Open MPI 5.0.7's mpirun crashes on those. A
+# SETUP of nothing is `true` (a bare ":" would be mpirun's MPMD separator).
+cat >"$WORK/per_rank" <<'SCRIPT'
+#!/usr/bin/env bash
+setup="$1"
+[ "${OMPI_COMM_WORLD_RANK:?}" = 0 ] || setup="$2"
+shift 2
+eval "$setup" && exec "$@"
+SCRIPT
+chmod +x "$WORK/per_rank"
 mixed() {
-  local -a first=() second=()
-  while [ "$1" != "--" ]; do first+=("$1"); shift; done
-  shift
-  second=("$@")
-  run_expect 2 timeout 60 "$MPIRUN" "${MPI_FLAGS[@]}" -np 1 "${first[@]}" : -np 1 "${second[@]}"
+  run_expect 2 timeout 60 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$WORK/per_rank" "$@"
   if [ "${ABORT_OK:-0}" != 1 ] && grep -q "MPI_ABORT" <<<"$OUT"; then
     echo "$OUT" >&2
     fail "the job was aborted instead of ending cleanly"
@@ -24,20 +31,20 @@ mixed() {
 }
 
 # 1. The config file exists on rank 0's node only.
-mixed -wdir "$WORK/a" "$STRATA" train --config cfg.yaml -- -wdir "$WORK/b" "$STRATA" train --config cfg.yaml
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config cfg.yaml
 expect_contains "$OUT" "reading the config: failed on rank 1 of 2 only; rank 1 on"
 expect_contains "$OUT" "config file 'cfg.yaml': cannot open it"
 
 # 1b. Each node has its own copy of the config, and the copies differ.
 sed 's|^train: .*|train: {iters: 5, seed: 3}|' "$WORK/a/cfg.yaml" > "$WORK/b/cfg.yaml"
-mixed -wdir "$WORK/a" "$STRATA" train --config cfg.yaml -- -wdir "$WORK/b" "$STRATA" train --config cfg.yaml
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config cfg.yaml
 expect_contains "$OUT" "config cfg.yaml: rank 1 resolved another config than rank 0"
 rm "$WORK/b/cfg.yaml"
 
 # 2. The data exists on rank 1's node only (the same config everywhere, a relative data path).
 cp -r "$WORK/data" "$WORK/b/data"
 sed 's|^data: .*|data: {train: "data/train_*.bin"}|' "$WORK/a/cfg.yaml" > "$WORK/rel.yaml"
-mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/rel.yaml" -- -wdir "$WORK/b" "$STRATA" train --config "$WORK/rel.yaml"
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/rel.yaml"
 expect_contains "$OUT" "setting up devices and data: failed on rank 0 of 2 only; rank 0 on"
 expect_contains "$OUT" "data.train: no files match 'data/train_*.bin'"
 [ "$(grep -c 'error:' <<<"$OUT")" -eq 1 ] || { echo "$OUT" >&2; fail "expected the error once"; }
@@ -47,7 +54,7 @@ mkdir -p "$WORK/other"
 head -n 300 "$WORK/data/corpus.txt" > "$WORK/other/corpus.txt"
 "$STRATA" data encode --input "$WORK/other/corpus.txt" --out "$WORK/b/data" --val-fraction 0 >/dev/null
 mkdir -p "$WORK/a/data" && cp "$WORK/data"/train_*.bin "$WORK/a/data/"
-mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/rel.yaml" -- -wdir "$WORK/b" "$STRATA" train --config "$WORK/rel.yaml"
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/rel.yaml"
 expect_contains "$OUT" "data.train: rank 1 finds"
 expect_contains "$OUT" "every rank must read the same data"
 rm -rf "$WORK/a/data" "$WORK/b/data" && cp -r "$WORK/data" "$WORK/b/data"
@@ -55,22 +62,20 @@ rm -rf "$WORK/a/data" "$WORK/b/data" && cp -r "$WORK/data" "$WORK/b/data"
 # 3. Each rank has its own checkpoint.dir: the save cannot complete on rank 1.
 cp -r "$WORK/data" "$WORK/a/data"
 sed 's|^train: .*|train: {iters: 4, seed: 3}\ncheckpoint: {dir: ckpt}|' "$WORK/rel.yaml" > "$WORK/ckpt.yaml"
-mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" -- -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml"
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml"
 expect_contains "$OUT" "failed on rank 1: it wrote nothing"
 
 # 4. ... and with a checkpoint on rank 0's node only, the ranks would resume from different
 # states (rank 0 at step 4, rank 1 from fresh weights).
 run_expect 0 timeout 60 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml"
 rm -rf "$WORK/b/ckpt"
-mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
-  -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
 expect_contains "$OUT" "the ranks found different checkpoints: rank 0 would start from a checkpoint at step 4, rank 1 from fresh weights"
 
 # 5. A damaged checkpoint on rank 1's node only (resume: auto then finds no sound checkpoint).
 cp -r "$WORK/a/ckpt" "$WORK/b/ckpt"
 echo '{}' > "$WORK/b/ckpt/step_00000004/manifest.json"
-mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
-  -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
 expect_contains "$OUT" "resuming from ckpt/step_00000004: failed on rank 1 of 2 only"
 expect_contains "$OUT" "not a strata checkpoint manifest"
 expect_contains "$OUT" "no checkpoint in ckpt loads whole and finite"
@@ -85,22 +90,20 @@ manifest["format_version"] = 1
 json.dump(manifest, open(sys.argv[1], "w"))
 PY
 rm -f "$WORK/b/ckpt/step_00000004/manifest.checksum"
-mixed -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6 -- \
-  -wdir "$WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
 expect_contains "$OUT" "resuming from ckpt/step_00000004: failed on rank 1 of 2 only"
 expect_contains "$OUT" "the manifest's training state is incomplete or malformed"
 
 # 6. Ranks on different kinds of device (a node whose GPUs are not visible would do this).
-mixed -x STRATA_SIMULATE_DEVICE=1 "$STRATA" train --config "$WORK/a/cfg.yaml" -- "$STRATA" train --config "$WORK/a/cfg.yaml"
+mixed "export STRATA_SIMULATE_DEVICE=1" true "$STRATA" train --config "$WORK/a/cfg.yaml"
 expect_contains "$OUT" "ranks would train on different devices (rank 0: simulated, rank 1: cpu)"
 
 # 7. An error past the agreements, on one rank (its environment differs): that rank reports
 # it and ends the job with code 2.
-ABORT_OK=1 mixed "$STRATA" train --config "$WORK/a/cfg.yaml" -- \
-  -x STRATA_COMM_TIMEOUT_S=abc "$STRATA" train --config "$WORK/a/cfg.yaml"
+ABORT_OK=1 mixed true "export STRATA_COMM_TIMEOUT_S=abc" "$STRATA" train --config "$WORK/a/cfg.yaml"
 expect_contains "$OUT" "[rank 1] error: environment variable STRATA_COMM_TIMEOUT_S='abc'"
 
 # 8. An error every rank sees is reported once, and the job ends without an abort.
-mixed "$STRATA" train --config "$WORK/missing.yaml" -- "$STRATA" train --config "$WORK/missing.yaml"
+mixed true true "$STRATA" train --config "$WORK/missing.yaml"
 [ "$(grep -c "error: config file" <<<"$OUT")" -eq 1 ] || { echo "$OUT" >&2; fail "expected one report"; }
 echo "PASS: rank-local errors end the job with code 2 and the failing rank's message"

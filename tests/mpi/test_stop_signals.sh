@@ -9,7 +9,8 @@
 #    few seconds, exit 0, with a complete checkpoint of the last finished step (0);
 # 2. plain mpirun with odls_base_sigkill_timeout 3, SIGINT to mpirun during slow steps: the
 #    ranks (which get SIGTERM from mpirun) abandon the step within the grace and save the last
-#    finished one (mpirun exits 1, as Open MPI does); the run resumes from it;
+#    finished one (mpirun exits 1, as Open MPI does); the run resumes from it (Open MPI 4: 5's
+#    mpirun has no grace to give);
 # 3. launch/strata-mpirun, SIGTERM while sampling 10^9 tokens: exit 0 and a checkpoint.
 # (A script started in the background ignores SIGINT, so the wrapper's own SIGINT, which a
 # terminal's Ctrl-C delivers, is not tested here: it takes the SIGTERM path.)
@@ -64,19 +65,25 @@ tail -n 4 "$WORK/huge.log"
 expect_contains "$(cat "$WORK/huge.log")" "signal 10 received: abandoned step 1 after"
 complete_checkpoint "$WORK/huge" 0
 
-# 2. Plain mpirun with a grace of 3 s, steps of about a second.
-config slow 40 "train: {iters: 100}"
-start slow "$MPIRUN" "${MPI_FLAGS[@]}" --mca odls_base_sigkill_timeout 3 -np 2 "$STRATA" train --config "$WORK/slow.yaml"
-wait_for_train_record "$WORK/slow.jsonl"
-finish INT
-tail -n 4 "$WORK/slow.log"
-[ "$RC" -ne 0 ] || echo "(mpirun exited 0)"
-expect_contains "$(cat "$WORK/slow.log")" "signal 15 received"
-done_steps=$(grep -c '"type":"train"' "$WORK/slow.jsonl")
-complete_checkpoint "$WORK/slow" "$done_steps"
-run_expect 0 "$STRATA" train --config "$WORK/slow.yaml" --set train.iters=$((done_steps + 1)) \
-  --set gradient_accumulation_steps=2
-expect_contains "$OUT" "resumed from $WORK/slow/$(printf 'step_%08d' "$done_steps") at step $done_steps"
+# 2. Plain mpirun with a grace of 3 s, steps of about a second. Open MPI 5's mpirun (PRRTE) has
+# no such setting: it kills the ranks a moment after its SIGTERM, so there only the wrapper saves.
+ompi_major="$("$MPIRUN" --version 2>/dev/null | sed -n 's/.*(Open MPI) \([0-9]*\)\..*/\1/p' | head -n 1)"
+if [ "${ompi_major:-0}" -ge 5 ]; then
+  echo "case 2 left out: Open MPI $ompi_major's mpirun has no grace between SIGTERM and SIGKILL to set"
+else
+  config slow 40 "train: {iters: 100}"
+  start slow "$MPIRUN" "${MPI_FLAGS[@]}" --mca odls_base_sigkill_timeout 3 -np 2 "$STRATA" train --config "$WORK/slow.yaml"
+  wait_for_train_record "$WORK/slow.jsonl"
+  finish INT
+  tail -n 4 "$WORK/slow.log"
+  [ "$RC" -ne 0 ] || echo "(mpirun exited 0)"
+  expect_contains "$(cat "$WORK/slow.log")" "signal 15 received"
+  done_steps=$(grep -c '"type":"train"' "$WORK/slow.jsonl")
+  complete_checkpoint "$WORK/slow" "$done_steps"
+  run_expect 0 "$STRATA" train --config "$WORK/slow.yaml" --set train.iters=$((done_steps + 1)) \
+    --set gradient_accumulation_steps=2
+  expect_contains "$OUT" "resumed from $WORK/slow/$(printf 'step_%08d' "$done_steps") at step $done_steps"
+fi
 
 # 3. The wrapper, SIGTERM while sampling a billion tokens after step 1.
 config sample 1 "train: {iters: 3}"

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   }
   strata::gpu_test::g_gpu = std::make_unique<strata::cuda::CudaBackend>(0);
   strata::gpu_test::g_cpu = strata::make_cpu_backend();
-  std::printf("gpu_ops: %s\n", strata::gpu_test::g_gpu->name().c_str());
+  // On stderr: test discovery (catch_discover_tests, every Catch2 version) reads stdout.
+  std::fprintf(stderr, "gpu_ops: %s\n", strata::gpu_test::g_gpu->name().c_str());
   const int result = Catch::Session().run(argc, argv);
   strata::gpu_test::g_gpu.reset();
   return result;
