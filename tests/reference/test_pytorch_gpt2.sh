@@ -4,7 +4,11 @@
 # decay and clipping (1e-4), all from the exported seed checkpoint.
 source "$(dirname "$0")/../lib/common.sh"
 PY="${STRATA_PYTHON3:-/usr/bin/python3}"
-"$PY" -c "import torch, numpy" 2>/dev/null || fail "python3 with torch and numpy is required (scripts/install-deps.sh)"
+# Without PyTorch (Ubuntu 24.04 has no python3-torch) the test is skipped (exit 77), saying why.
+if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
+  echo "skipped: $PY cannot import torch and numpy (scripts/install-deps.sh installs them where the distribution has them)"
+  exit 77
+fi
 
 # A token stream with learnable structure over a vocabulary that is not a multiple of 128,
 # so the padded vocabulary is exercised.
