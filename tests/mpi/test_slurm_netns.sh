@@ -25,7 +25,7 @@ cd "$WORK"
 # Exported to the jobs by sbatch: the binary, and Open MPI's TCP on the nodes' link only.
 export STRATA_BIN="$STRATA" STRATA_COMM_TIMEOUT_S=60
 export OMPI_MCA_btl_tcp_if_include=strata0 OMPI_MCA_oob_tcp_if_include=strata0
-nodes=(--nodes=2 --ntasks-per-node=2 --gpus-per-task=0 --cpus-per-task=1)
+nodes=(--nodes=2 --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1)
 
 # config NAME ITERS: the job's config (its checkpoints in NAME/, metrics in NAME.jsonl); called
 # again while a job is pending, it changes the steps its next run trains to.
