@@ -43,6 +43,7 @@ for p in "${packages[@]}" "${optional[@]}"; do
   fi
 done
 
+is_optional() { [[ " ${optional[*]} " == *" $1 "* ]]; }
 offered() {  # offered PACKAGE: the configured sources have a candidate for it
   local candidate
   candidate="$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ { print $2 }')"
@@ -53,7 +54,7 @@ offered() {  # offered PACKAGE: the configured sources have a candidate for it
 leave_out_unoffered_optional() {
   local kept=() p
   for p in "${missing[@]}"; do
-    if [[ " ${optional[*]} " == *" $p "* ]] && ! offered "$p"; then
+    if is_optional "$p" && ! offered "$p"; then
       echo "install-deps: warning: the package sources of $distribution offer no $p: the PyTorch reference" \
         "test (tests/reference) will be reported skipped; to run it, install PyTorch for $python3_bin (pip)" >&2
       continue
@@ -64,7 +65,7 @@ leave_out_unoffered_optional() {
 }
 
 only_optional=1
-for p in "${missing[@]}"; do [[ " ${optional[*]} " == *" $p "* ]] || only_optional=0; done
+for p in "${missing[@]}"; do is_optional "$p" || only_optional=0; done
 # Only optional packages missing: the current package lists decide, without an update or root.
 [ "$only_optional" -eq 0 ] || leave_out_unoffered_optional
 if [ ${#missing[@]} -eq 0 ]; then

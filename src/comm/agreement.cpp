@@ -32,10 +32,6 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::vector<int64_t> gather_from_all_ranks(const MpiRuntime& mpi, const std::vector<int64_t>& mine) {
-  return mpi.all_gather(mine);
-}
-
 std::string rank_placement(const MpiRuntime& mpi) {
   constexpr size_t kWords = 8;  // host names travel as 64 bytes (longer ones are cut)
   std::vector<int64_t> mine(kWords, 0);
@@ -92,7 +88,7 @@ void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const 
     if (failure) std::rethrow_exception(failure);
     return;
   }
-  const std::vector<int64_t> flags = gather_from_all_ranks(mpi, {failure ? 1 : 0});
+  const std::vector<int64_t> flags = mpi.all_gather({failure ? 1 : 0});
   std::vector<int> failed_ranks;
   for (int r = 0; r < size; ++r)
     if (flags[static_cast<size_t>(r)]) failed_ranks.push_back(r);

@@ -15,13 +15,13 @@
 
 namespace strata {
 
-// Owns MPI for the process: initialises it (a plain `strata ...` runs as a one-rank MPI
-// singleton), makes MPI errors return to us instead of aborting silently, and finalises.
 namespace comm_detail {
 class MpiOperation;
 struct GroupInfo;
 }  // namespace comm_detail
 
+// Owns MPI for the process: initialises it (a plain `strata ...` runs as a one-rank MPI
+// singleton), makes MPI errors return to us instead of aborting silently, and finalises.
 class MpiRuntime {
  public:
   MpiRuntime(int* argc, char*** argv);
@@ -64,12 +64,10 @@ class MpiRuntime {
 // rank fails, each rethrows its own error (main reports rank 0's). Other exceptions pass
 // through untouched (main aborts the job for them).
 void agree_on_user_errors(const MpiRuntime& mpi, const std::string& what, const std::function<void()>& step);
-// Collective over the world: every rank's values (the same count on each), rank after rank.
-std::vector<int64_t> gather_from_all_ranks(const MpiRuntime& mpi, const std::vector<int64_t>& mine);
 // Collective over the world: which ranks run on which host, hosts in order of their first rank,
 // runs of consecutive ranks joined: "node0: ranks 0-1; node1: ranks 2-3".
 std::string rank_placement(const MpiRuntime& mpi);
-// The lowest rank whose `width` values in a gather_from_all_ranks result differ from rank 0's;
+// The lowest rank whose `width` values in an MpiRuntime::all_gather result differ from rank 0's;
 // -1 when every rank agrees with rank 0.
 int first_rank_unlike_rank0(const std::vector<int64_t>& all, size_t width);
 

@@ -94,7 +94,7 @@ TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi) {
 CommBackendKind agree_on_devices(const MpiRuntime& mpi, const Config& cfg, TrainingDevice& device) {
   const int size = mpi.world_size();
   if (size == 1) return device.comm;
-  const std::vector<int64_t> devices = gather_from_all_ranks(mpi, {static_cast<int64_t>(device.backend->device())});
+  const std::vector<int64_t> devices = mpi.all_gather({static_cast<int64_t>(device.backend->device())});
   const int differs = first_rank_unlike_rank0(devices, 1);
   if (differs >= 0) {
     // Every rank sees the same table, so every rank throws the same error.
@@ -106,7 +106,7 @@ CommBackendKind agree_on_devices(const MpiRuntime& mpi, const Config& cfg, Train
         RaisedOn::EveryRank);
   }
   int64_t nccl_ranks = 0;
-  for (int64_t nccl : gather_from_all_ranks(mpi, {device.comm == CommBackendKind::Nccl ? 1 : 0})) nccl_ranks += nccl;
+  for (int64_t nccl : mpi.all_gather({device.comm == CommBackendKind::Nccl ? 1 : 0})) nccl_ranks += nccl;
   if (nccl_ranks != 0 && nccl_ranks != size) {
     // Only comm.backend: auto can differ here (nccl is checked on each rank): some ranks share a
     // GPU or lack NCCL, and communicators must be of one kind, so every rank takes MPI.

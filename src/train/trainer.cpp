@@ -135,7 +135,7 @@ void Trainer::save(int64_t step) {
   context.barrier = [this] { mpi_.barrier(); };
   context.sum_over_ranks = [this](uint64_t bytes) {
     uint64_t total = 0;
-    for (int64_t b : gather_from_all_ranks(mpi_, {static_cast<int64_t>(bytes)})) total += static_cast<uint64_t>(b);
+    for (int64_t b : mpi_.all_gather({static_cast<int64_t>(bytes)})) total += static_cast<uint64_t>(b);
     return total;
   };
   state_.sample_rng = sample_rng_.state();
@@ -288,7 +288,7 @@ void check_same_config(const MpiRuntime& mpi, const std::string& path, const std
   if (mpi.world_size() == 1) return;
   Checksum64 hash;
   hash.update(resolved.data(), resolved.size());
-  const int differs = first_rank_unlike_rank0(gather_from_all_ranks(mpi, {static_cast<int64_t>(hash.digest())}), 1);
+  const int differs = first_rank_unlike_rank0(mpi.all_gather({static_cast<int64_t>(hash.digest())}), 1);
   if (differs < 0) return;
   throw UserError(fmt::format("config {}: rank {} resolved another config than rank 0 (a different copy of the file "
                               "on its node, or other --set values); every rank must train with the same config",

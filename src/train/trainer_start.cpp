@@ -135,7 +135,7 @@ bool Trainer::resume_newest_sound(std::string* path) {
 // checkpoint or none, and a run from mixed states would be wrong (or hang).
 void Trainer::check_same_start(int64_t step) {
   if (mpi_.world_size() == 1) return;
-  const std::vector<int64_t> steps = gather_from_all_ranks(mpi_, {step});
+  const std::vector<int64_t> steps = mpi_.all_gather({step});
   const int differs = first_rank_unlike_rank0(steps, 1);
   if (differs < 0) return;
   const auto start = [&](int r) {
@@ -154,7 +154,7 @@ void Trainer::check_same_start(int64_t step) {
 void Trainer::check_same_data() {
   if (mpi_.world_size() == 1) return;
   const std::vector<int64_t> all =
-      gather_from_all_ranks(mpi_, {train_data_.num_tokens(), val_data_ ? val_data_->num_tokens() : -1});
+      mpi_.all_gather({train_data_.num_tokens(), val_data_ ? val_data_->num_tokens() : -1});
   const int r = first_rank_unlike_rank0(all, 2);
   if (r < 0) return;
   const int k = all[2 * static_cast<size_t>(r)] != all[0] ? 0 : 1;  // train first

@@ -48,15 +48,14 @@ submit() {
 # wait_log NAME PATTERN [COUNT]: waits (up to 120 s, or until job $JOB has ended) until NAME.out
 # has COUNT (default 1) lines matching PATTERN.
 wait_log() {
-  local n
+  local n over
   for i in $(seq 1 1200); do
+    # Whether the job has ended is asked before the last look at its output.
+    over=0
+    [ $((i % 10)) -ne 0 ] || ! ended "$(slurm_job_field "$JOB" JobState)" || over=1
     n="$(grep -cE "$2" "$WORK/$1.out" 2>/dev/null || true)"
     [ "${n:-0}" -ge "${3:-1}" ] && return 0
-    if [ $((i % 10)) -eq 0 ] && ended "$(slurm_job_field "$JOB" JobState)"; then
-      n="$(grep -cE "$2" "$WORK/$1.out" 2>/dev/null || true)"
-      [ "${n:-0}" -ge "${3:-1}" ] && return 0
-      break
-    fi
+    [ "$over" -eq 0 ] || break
     sleep 0.1
   done
   cat "$WORK/$1.out" >&2 || true
