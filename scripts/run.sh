@@ -11,7 +11,8 @@ ranks=2
 if [ "${1:-}" = "-np" ]; then ranks="$2"; shift 2; fi
 
 scripts/install-deps.sh
-STRATA_CMAKE_ARGS="${STRATA_CMAKE_ARGS:-}" scripts/build.sh
+# The strata binary alone (scripts/test.sh builds the tests and the GPU emulator too).
+STRATA_CMAKE_ARGS="${STRATA_CMAKE_ARGS:-}" STRATA_NINJA_ARGS="${STRATA_NINJA_ARGS:-strata}" scripts/build.sh
 strata="${STRATA_BUILD_DIR:-$root/build}/bin/strata"
 
 if [ ! -f data/kjv/train_000000.bin ]; then
@@ -25,7 +26,9 @@ mpi_args=(-np "$ranks")
 [ "$(id -u)" -eq 0 ] && mpi_args+=(--allow-run-as-root)
 [ "$ranks" -gt "$(nproc)" ] && mpi_args+=(--oversubscribe)
 rc=0
-mpirun "${mpi_args[@]}" "$strata" train --config configs/quickstart.yaml "$@" || rc=$?
+# Through launch/strata-mpirun: Ctrl-C (or closing the terminal) saves a checkpoint and stops;
+# the same command resumes from it.
+launch/strata-mpirun "${mpi_args[@]}" "$strata" train --config configs/quickstart.yaml "$@" || rc=$?
 # The loss curve of the run (the config's metrics file), whatever the outcome.
 metrics=runs/quickstart/metrics.jsonl
 if [ -f "$metrics" ] && scripts/plot.sh --out runs/quickstart "$metrics" >/dev/null; then

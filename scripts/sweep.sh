@@ -99,8 +99,17 @@ for p in "${points[@]}"; do
 done
 rm -f "$out/.check.txt"
 
-stop=0
-trap 'stop=1' INT TERM
+# A signal stops the sweep: the running point is asked once to save and stop (SIGTERM), and
+# again for each further SIGINT or SIGTERM (which stops it at once); a closed terminal's repeated
+# SIGHUP is one signal.
+stop=0 pending=0
+on_signal() {
+  if [ "$stop" -eq 1 ] && [ "$1" = HUP ]; then return; fi
+  stop=1 pending=1
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
 launcher=()
 if [ "$np" -gt 1 ]; then
   read -r -a mpirun_flags <<<"${MPIRUN_FLAGS:-}"
@@ -128,13 +137,22 @@ for p in "${points[@]}"; do
   "$strata" config "$base" "${sets[@]}" --world-size "$np" > "$dir/config.yaml" 2>/dev/null || true
   echo "sweep: [$index/${#points[@]}] $name: $p"
   start=$SECONDS
-  "${launcher[@]}" "$strata" train --config "$base" "${sets[@]}" "${extra[@]}" > "$dir/train.log" 2>&1 &
+  # The run gets a process group of its own (job control), so that a terminal's Ctrl-C or
+  # hang-up reaches this script alone, which passes it on once: a second signal to the run would
+  # stop it without a save.
+  set -m
+  "${launcher[@]}" "$strata" train --config "$base" "${sets[@]}" "${extra[@]}" > "$dir/train.log" 2>&1 </dev/null &
   child=$!
+  set +m
   while true; do
     wait "$child"
     rc=$?
     # A signal interrupted the wait: pass it on (the run saves and stops) and wait again.
-    if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then kill -TERM "$child" 2>/dev/null; continue; fi
+    if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then
+      [ "$pending" -eq 0 ] || kill -TERM "$child" 2>/dev/null
+      pending=0
+      continue
+    fi
     break
   done
   echo "$rc" > "$dir/status"

@@ -17,6 +17,22 @@ namespace {
 
 using strata::log_error;
 
+// A count of ranks or a parallel size: CLI11's PositiveNumber would answer 0 with "Value 0 not in
+// range 0.000000 to 1.797...e308".
+const CLI::Validator kWholeCount(
+    [](std::string& text) -> std::string {
+      size_t used = 0;
+      long value = 0;
+      try {
+        value = std::stol(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != text.size() || value < 1) return "expected a whole number of 1 or more, got '" + text + "'";
+      return "";
+    },
+    "N>=1");
+
 int report_user_error(const strata::UserError& e, int world_size) {
   // An error every rank raised is reported once; one raised here alone is reported here, and
   // the job ends with it, since the other ranks may be waiting for this one in a collective.
@@ -38,6 +54,9 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) must fail a checkpoint write with EFBIG, which the save
   // reports and cleans up after, not kill the process with SIGXFSZ halfway through it.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Output piped to a reader that has gone (`strata ... | tee log` after Ctrl-C ended tee) must
+  // not kill a run that is saving its checkpoint: the log sink drops what it cannot write.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"strata: GPT training over DP x TP x PP ranks with ZeRO, from one YAML config"};
   app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION);
   app.require_subcommand(1);
@@ -48,7 +67,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   auto* config_cmd = app.add_subcommand("config", "Validate a config and print it resolved, with derived values");
   config_cmd->add_option("config", config_path, "YAML or ds_config JSON file")->required();
-  config_cmd->add_option("--world-size", config_world_size, "Number of ranks to resolve for")->check(CLI::PositiveNumber);
+  config_cmd->add_option("--world-size", config_world_size, "Number of ranks to resolve for")->check(kWholeCount);
   config_cmd->add_option("--set", overrides, "Override a key: a.b.c=value (repeatable)");
 
   // strata info [--tp N] [--pp N]
@@ -56,9 +75,9 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand(
       "info", "Print ranks, grid coordinates, hosts, GPUs and library versions (run under mpirun)");
   info_cmd->add_option("--tp", info_options.tp, "Tensor-parallel size for the coordinates shown")
-      ->check(CLI::PositiveNumber);
+      ->check(kWholeCount);
   info_cmd->add_option("--pp", info_options.pp, "Pipeline-parallel size for the coordinates shown")
-      ->check(CLI::PositiveNumber);
+      ->check(kWholeCount);
 
   // strata comm-check [--seconds S] [--bytes N]: a diagnostic for checking an MPI
   // installation; group "" keeps it out of `strata --help` (`strata comm-check --help` works).

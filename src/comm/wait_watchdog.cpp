@@ -65,6 +65,7 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
     if (w.aborting) {
       log_error("MPI_Abort has not ended the job after {:.0f} s (a lost node can keep it waiting): ending this process",
                 inside_mpi);
+      log_flush();
       _exit(kExitDeviceFailure);
     }
     // The op stays alive while it is watched: its wait cannot end without this lock.
@@ -73,6 +74,7 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
         "without returning, as when a node or its network is lost. Ending this process (limit "
         "STRATA_COMM_TIMEOUT_S={:g} s)",
         waited, w.pending.empty() ? w.op->describe() : w.pending, inside_mpi, w.limit_seconds);
+    log_flush();
     _exit(kExitDeviceFailure);
   }
 }

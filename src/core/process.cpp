@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "core/log.h"
+
 namespace strata {
 namespace {
 std::atomic<int> g_rank{-1};
@@ -23,6 +25,7 @@ bool mpi_is_initialized() {
 }
 
 void abort_job(int code) {
+  log_flush();  // the message that explains the abort
   if (mpi_is_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();
 }

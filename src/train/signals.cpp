@@ -9,7 +9,11 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 void on_signal(int sig) {
-  if (g_stop_signal != 0) _exit(128 + sig);  // second signal: the user insists
+  if (g_stop_signal != 0) {
+    // A closed terminal hangs up twice (the kernel's SIGHUP and the shell's): that is no insisting.
+    if (sig == SIGHUP) return;
+    _exit(128 + sig);  // second signal: the user insists
+  }
   g_stop_signal = sig;
 }
 }  // namespace
@@ -22,6 +26,7 @@ void install_stop_signal_handlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
 }
 
 bool stop_requested() { return g_stop_signal != 0; }
