@@ -143,8 +143,8 @@ struct SaveContext {
 // has room for every rank's bytes (deleting first what keep_last would delete after the save,
 // when that makes room; else failing with how much is needed). Writes root/step_%08d.tmp/, then
 // rank 0 writes manifest.json, renames the directory to root/step_%08d, atomically replaces
-// root/latest, prunes all but the newest `keep_last` step dirs (0 = keep all; the one just
-// saved is always kept) and removes stale *.tmp dirs. Returns after the checkpoint is complete
+// root/latest, prunes all but the newest `keep_last` step dirs of the run global_meta["run_id"]
+// names (0 = keep all; the one just saved is always kept; another run's are left alone) and removes stale *.tmp dirs. Returns after the checkpoint is complete
 // on every rank; returns the step dir. A failure on any rank throws on every rank (rank 0 with
 // the cause), removes the partial step_%08d.tmp/ and leaves the previous checkpoint and
 // `latest` untouched; every throw comes after the last barrier, so a caller may agree on the
@@ -152,6 +152,39 @@ struct SaveContext {
 std::string save_checkpoint(const std::string& root, int64_t step, const SaveContext& context,
                             const std::vector<TensorPiece>& pieces, const nlohmann::json& rank_state,
                             const nlohmann::json& global_meta, int keep_last);
+
+// ---- a checkpoint root as one run's folder ----
+// Start-up checks on a rank that writes checkpoints into root, before the training they would
+// lose: root is a directory (created with its parents when `create` and absent), a file can be
+// created in it, and root/latest is a regular file or absent. UserError naming the problem.
+void check_checkpoint_dir(const std::string& root, bool create);
+// One job per folder: an exclusive lock on root/.lock (flock, so the kernel releases it however
+// the holder ends: a killed job leaves no stale lock), held for the object's life; it records who
+// holds it. UserError naming the holder when another process has it; a file system without locks
+// only warns.
+class CheckpointDirLock {
+ public:
+  explicit CheckpointDirLock(const std::string& root);
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+// A run's identity: a fresh random id for a run started from new weights, kept by every run that
+// resumes from its checkpoints (global_meta "run_id"). root/run.json names the run a folder holds.
+std::string new_run_id();
+std::string folder_run_id(const std::string& root);  // "" when root has no run.json
+void write_folder_run_id(const std::string& root, const std::string& run_id);
+// The run id in a step dir's manifest; "" for a checkpoint saved before run ids (or unreadable).
+std::string checkpoint_run_id(const std::string& step_dir);
+// At start-up: UserError when a checkpoint of `bytes` (all ranks' files) saved at `step` could
+// not fit in root even after deleting what its save would prune (nothing is deleted here).
+void check_checkpoint_room(const std::string& root, int64_t step, int keep_last, const std::string& run_id,
+                           uint64_t bytes);
+// checkpoint.overwrite: deletes root's complete checkpoints, latest and run.json.
+void clear_checkpoint_dir(const std::string& root);
 
 // Removes the leftovers of interrupted saves (step_*.tmp) in root; returns how many. For rank 0
 // at start-up, before anyone saves: a partial save of full size would otherwise keep a full

@@ -64,15 +64,16 @@ void remove_paths(const std::vector<std::string>& paths) {
 
 }  // namespace
 
-std::vector<std::string> dirs_pruned_after(const std::string& root, int64_t current_step, int keep_last) {
+std::vector<std::string> dirs_pruned_after(const std::string& root, int64_t current_step, int keep_last,
+                                           const std::string& run_id) {
   if (keep_last <= 0) return {};
   std::vector<std::pair<int64_t, std::string>> complete;
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
     const int64_t step = parse_step_dir_name(entry.path().filename().string());
-    if (step >= 0 && step != current_step && path_exists((entry.path() / kManifestFile).string())) {
-      complete.emplace_back(step, entry.path().string());
-    }
+    if (step < 0 || step == current_step || !path_exists((entry.path() / kManifestFile).string())) continue;
+    const std::string lineage = run_id.empty() ? "" : checkpoint_run_id(entry.path().string());
+    if (lineage.empty() || lineage == run_id) complete.emplace_back(step, entry.path().string());
   }
   if (ec) log_warn("checkpoint: cannot list {}: {}", root, ec.message());
   std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -81,41 +82,68 @@ std::vector<std::string> dirs_pruned_after(const std::string& root, int64_t curr
   return doomed;
 }
 
-void prune(const std::string& root, int64_t current_step, int keep_last) {
+void prune(const std::string& root, int64_t current_step, int keep_last, const std::string& run_id) {
   remove_paths(partial_saves(root));
-  remove_paths(dirs_pruned_after(root, current_step, keep_last));
+  remove_paths(dirs_pruned_after(root, current_step, keep_last, run_id));
 }
 
-void ensure_room(const std::string& root, int64_t step, int keep_last, uint64_t bytes) {
+namespace {
+
+// The room a save of `bytes` needs in root and what it has, with what the save may delete first.
+struct Room {
+  bool known = false;
+  uint64_t needed = 0, free_bytes = 0, reclaimable = 0;
+  std::vector<std::string> removable;
+};
+
+Room measure_room(const std::string& root, int64_t step, int keep_last, const std::string& run_id, uint64_t bytes) {
+  Room room;
   struct statvfs fs_info {};
   if (::statvfs(root.c_str(), &fs_info) != 0) {
     log_warn("checkpoint: cannot tell the free space of {} ({}); saving anyway", root, std::strerror(errno));
-    return;
+    return room;
   }
+  room.known = true;
   // The manifest and the per-rank records come on top of the tensor files: a little slack.
-  const uint64_t needed = bytes + bytes / 50 + (uint64_t{256} << 10);
-  const uint64_t free_bytes = static_cast<uint64_t>(fs_info.f_bavail) * fs_info.f_frsize;
-  if (free_bytes >= needed) return;
-  std::vector<std::string> removable = partial_saves(root);
-  for (const std::string& dir : dirs_pruned_after(root, step, keep_last)) removable.push_back(dir);
-  uint64_t reclaimable = 0;
-  for (const std::string& path : removable) reclaimable += tree_bytes(path);
-  if (free_bytes + reclaimable < needed) {
-    throw UserError(fmt::format(
-        "checkpoint.dir {}: the checkpoint of step {} needs about {} but the file system has {} free{}; free up "
-        "space there, lower checkpoint.keep_last, or point checkpoint.dir at a larger file system",
-        root, step, gigabytes(needed), gigabytes(free_bytes),
-        reclaimable > 0 ? fmt::format(" ({} more after deleting what checkpoint.keep_last {} drops)",
-                                      gigabytes(reclaimable), keep_last)
-                        : std::string()));
-  }
+  room.needed = bytes + bytes / 50 + (uint64_t{256} << 10);
+  room.free_bytes = static_cast<uint64_t>(fs_info.f_bavail) * fs_info.f_frsize;
+  if (room.free_bytes >= room.needed) return room;
+  room.removable = partial_saves(root);
+  for (const std::string& dir : dirs_pruned_after(root, step, keep_last, run_id)) room.removable.push_back(dir);
+  for (const std::string& path : room.removable) room.reclaimable += tree_bytes(path);
+  return room;
+}
+
+void throw_if_no_room(const Room& room, const std::string& root, int64_t step, int keep_last) {
+  if (!room.known || room.free_bytes + room.reclaimable >= room.needed) return;
+  throw UserError(fmt::format(
+      "checkpoint.dir {}: the checkpoint of step {} needs about {} but the file system has {} free{}; free up "
+      "space there, lower checkpoint.keep_last, or point checkpoint.dir at a larger file system",
+      root, step, gigabytes(room.needed), gigabytes(room.free_bytes),
+      room.reclaimable > 0 ? fmt::format(" ({} more after deleting what checkpoint.keep_last {} drops)",
+                                         gigabytes(room.reclaimable), keep_last)
+                           : std::string()));
+}
+
+}  // namespace
+
+void ensure_room(const std::string& root, int64_t step, int keep_last, const std::string& run_id, uint64_t bytes) {
+  const Room room = measure_room(root, step, keep_last, run_id, bytes);
+  if (!room.known || room.free_bytes >= room.needed) return;
+  throw_if_no_room(room, root, step, keep_last);
   log_warn("checkpoint: {} free in {} but the checkpoint of step {} needs about {}: deleting now what the save "
            "would prune after it (checkpoint.keep_last {}): {} dir(s), {}",
-           gigabytes(free_bytes), root, step, gigabytes(needed), keep_last, removable.size(), gigabytes(reclaimable));
-  remove_paths(removable);
+           gigabytes(room.free_bytes), root, step, gigabytes(room.needed), keep_last, room.removable.size(),
+           gigabytes(room.reclaimable));
+  remove_paths(room.removable);
 }
 
 }  // namespace ckpt
+
+void check_checkpoint_room(const std::string& root, int64_t step, int keep_last, const std::string& run_id,
+                           uint64_t bytes) {
+  ckpt::throw_if_no_room(ckpt::measure_room(root, step, keep_last, run_id, bytes), root, step, keep_last);
+}
 
 int64_t checkpoint_dir_step(const std::string& path) {
   return ckpt::parse_step_dir_name(fs::path(path).filename().string());

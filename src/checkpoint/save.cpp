@@ -192,6 +192,12 @@ void publish_directory(const std::string& tmp_dir, const std::string& final_dir)
   fs::remove_all(aside, ignored);
 }
 
+// The run a checkpoint belongs to (global_meta "run_id"); "" when the caller names none.
+std::string run_id_of(const nlohmann::json& global_meta) {
+  if (!global_meta.is_object() || !global_meta.contains("run_id") || !global_meta["run_id"].is_string()) return "";
+  return global_meta["run_id"].get<std::string>();
+}
+
 std::string error_text(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -250,7 +256,7 @@ void finish_save(const std::string& root, const std::string& tmp_dir, const std:
   publish_directory(tmp_dir, final_dir);
   ckpt::fsync_directory(root);
   ckpt::write_file_atomic(ckpt::join_path(root, ckpt::kLatestFile), checkpoint_dir_name(step) + "\n");
-  ckpt::prune(root, step, keep_last);
+  ckpt::prune(root, step, keep_last, run_id_of(global_meta));
   log_info("checkpoint: saved step {} to {} ({} files, {:.1f} MB)", step, final_dir, world_size,
            static_cast<double>(total_bytes) / 1e6);
 }
@@ -299,7 +305,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, const SaveCon
     try {
       fs::create_directories(root);
       fs::remove_all(tmp_dir);  // a leftover of an interrupted save of this same step
-      ckpt::ensure_room(root, step, keep_last, all_bytes);
+      ckpt::ensure_room(root, step, keep_last, run_id_of(global_meta), all_bytes);
       fs::create_directory(tmp_dir);
     } catch (const fs::filesystem_error& e) {
       error = std::make_exception_ptr(UserError(std::string("checkpoint directory ") + tmp_dir + ": " + e.what()));

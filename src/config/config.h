@@ -241,6 +241,8 @@ struct CheckpointConfig {
   int keep_last = 0;
   /// auto (latest in dir if any), none (start fresh), or the path of a checkpoint.
   std::string resume = "auto";
+  /// Let a run start in a dir that holds another run's checkpoints, deleting them first.
+  bool overwrite = false;
 };
 
 // `logging`.

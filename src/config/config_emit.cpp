@@ -202,6 +202,7 @@ void write_strata_sections(const Config& c, YamlWriter& w) {
   w.key("save_initial", boolean(k.save_initial));
   w.key("keep_last", number(k.keep_last));
   w.key("resume", quoted(k.resume));
+  w.key("overwrite", boolean(k.overwrite));
   w.close();
 
   const LoggingConfig& l = c.logging;

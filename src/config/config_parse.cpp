@@ -186,7 +186,16 @@ void parse_parallelism(MapReader in, ParallelismConfig& out) {
     pipeline.read("partition", out.pipeline.partition_layers);
     out.pipeline.partition = PipelinePartition::Explicit;
   } else {
-    pipeline.read_enum("partition", out.pipeline.partition, kPipelinePartitions);
+    // An explicit partition is the list itself; "explicit" names the kind only when printed.
+    const EnumNames<PipelinePartition> by_name = {kPipelinePartitions[0], kPipelinePartitions[1]};
+    std::string name;
+    pipeline.read("partition", name);
+    if (name == "explicit") {
+      pipeline.error("partition", "give the layers of each model chunk as a list, e.g. [3, 5]; the names are "
+                                  "uniform and parameters");
+    } else {
+      pipeline.read_enum("partition", out.pipeline.partition, by_name);
+    }
   }
   pipeline.finish();
   in.finish();
@@ -214,6 +223,7 @@ void parse_checkpoint(MapReader in, CheckpointConfig& out) {
   in.read("save_initial", out.save_initial);
   in.read("keep_last", out.keep_last);
   in.read("resume", out.resume);
+  in.read("overwrite", out.overwrite);
   in.finish();
 }
 

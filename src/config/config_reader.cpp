@@ -320,12 +320,13 @@ void MapReader::read(const std::string& key, std::vector<int>& out) {
   std::vector<int> v;
   for (size_t i = 0; i < node->size(); ++i) {
     const YAML::Node item = (*node)[i];
-    double d = 0;
-    if (!item.IsScalar() || !parse_double(item.Scalar(), d) || std::floor(d) != d || std::fabs(d) > 1e9) {
+    // Written as integers, as a single integer key must be (2.0 or 2e0 is refused there too).
+    int64_t n = 0;
+    if (!item.IsScalar() || !parse_int64(item.Scalar(), n) || n < INT_MIN || n > INT_MAX) {
       log_->add(key_path(key), fmt::format("expected a list of whole numbers, got {} as item {}", describe(item), i));
       return;
     }
-    v.push_back(static_cast<int>(d));
+    v.push_back(static_cast<int>(n));
   }
   out = v;
 }

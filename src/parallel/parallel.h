@@ -265,6 +265,8 @@ class Engine {
   // and must fill when loading; then call params_loaded (collective), which moves what was
   // written to the device and re-derives the working copy from the master parameters.
   std::vector<FlatSpan> saved_spans(StateKind kind);
+  // The same spans in the backend's memory, copying nothing: for what a checkpoint's size needs.
+  std::vector<FlatSpan> saved_span_layout(StateKind kind) { return device_saved_spans(kind); }
   void release_saved_spans();
   std::vector<FlatSpan> held_spans(StateKind kind);
   void params_loaded();

@@ -70,6 +70,9 @@ struct LoopState {
   // What fixed the order of the training sequences ({"tokens", "shuffle", "seed"}), compared on
   // resume; null when a checkpoint lacks it.
   nlohmann::json data_order;
+  // The run's identity (checkpoint.h, new_run_id), kept across resumes; "" in a checkpoint saved
+  // before run ids.
+  std::string run_id;
 };
 
 nlohmann::json model_meta(const GptDims& dims);
@@ -81,6 +84,8 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
 // has one; returns the loop state. Rank-local (no collective): every rank then calls
 // engine.params_loaded(), which re-derives the working copy collectively. Throws UserError when
 // the checkpoint is missing, damaged or of another model.
+// The bytes of this rank's file in a checkpoint of the engine's state.
+uint64_t checkpoint_bytes_of_rank(Engine& engine);
 LoopState read_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank);
 // Writes grads with HF names (wte cut to vocab_size rows) to a safetensors file, divided by
 // the loss scale they carry (fp16) so that they are the true gradients.

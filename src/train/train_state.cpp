@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "train/train_internal.h"
@@ -71,12 +72,14 @@ nlohmann::json model_meta(const GptDims& d) {
           {"vocab_size", d.vocab_size}, {"padded_vocab", d.padded_vocab}, {"seq_len", d.seq_len}};
 }
 
-std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Engine& engine,
-                                     const SaveContext& context) {
+namespace {
+
+// The pieces of global tensors this rank saves, from the engine's spans of each kind of state.
+std::vector<TensorPiece> checkpoint_pieces(Engine& engine, const std::function<std::vector<FlatSpan>(StateKind)>& spans) {
   const std::vector<ParamSpec>& specs = engine.params();
   std::vector<TensorPiece> pieces;
   for (StateKind kind : kAllKinds) {
-    for (const FlatSpan& span : engine.saved_spans(kind)) {
+    for (const FlatSpan& span : spans(kind)) {
       for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
         // Every TP rank holds the replicated parameters (bit-identical): one copy is saved; and
         // the first pipeline stage's embeddings, not the last stage's copy.
@@ -99,6 +102,25 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
       }
     }
   }
+  return pieces;
+}
+
+}  // namespace
+
+uint64_t checkpoint_bytes_of_rank(Engine& engine) {
+  uint64_t bytes = 0;
+  for (const TensorPiece& p : checkpoint_pieces(engine, [&](StateKind k) { return engine.saved_span_layout(k); })) {
+    uint64_t n = dtype_size(p.dtype);
+    for (int64_t d : p.shape) n *= static_cast<uint64_t>(d);
+    bytes += n;
+  }
+  return bytes;
+}
+
+std::string save_training_checkpoint(const Config& cfg, int64_t step, const LoopState& state, Engine& engine,
+                                     const SaveContext& context) {
+  const std::vector<TensorPiece> pieces =
+      checkpoint_pieces(engine, [&](StateKind k) { return engine.saved_spans(k); });
   const nlohmann::json rank_state = {
       {"sample_rng", {{"seed", state.sample_rng.seed}, {"stream", state.sample_rng.stream}, {"counter", state.sample_rng.counter}}}};
   nlohmann::json meta = {
@@ -112,7 +134,8 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
       {"model", model_meta(engine.model().dims())},
       {"layout", {{"world_size", cfg.derived.world_size}, {"dp", cfg.derived.dp_size}, {"tp", cfg.derived.tp_size},
                   {"pp", cfg.derived.pp_size}, {"zero_stage", cfg.zero_optimization.stage}}},
-      {"config", config_to_yaml(cfg)}};
+      {"config", config_to_yaml(cfg)},
+      {"run_id", state.run_id}};
   if (state.loss_scaler) {
     const LossScalerState& ls = *state.loss_scaler;
     // nlohmann writes doubles so that they read back bit-exact: the resume is exact.
@@ -157,6 +180,7 @@ LoopState read_loop_state(const CheckpointReader& reader, const std::string& sou
   state.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
   if (meta.contains("loader_next_sequence")) state.next_sequence = meta.at("loader_next_sequence").get<int64_t>();
   if (meta.contains("data_order")) state.data_order = meta.at("data_order");
+  if (meta.contains("run_id")) state.run_id = meta.at("run_id").get<std::string>();
   const int saved_rank = rank < reader.saved_world_size() ? rank : 0;
   const nlohmann::json& rng = reader.rank_state(saved_rank).at("sample_rng");
   state.sample_rng = {rng.at("seed").get<uint64_t>(), rng.at("stream").get<uint64_t>(), rng.at("counter").get<uint64_t>()};

@@ -129,6 +129,9 @@ class Trainer {
   // checkpoint.resume auto: loads the newest sound checkpoint into the engine; false when there
   // is none (a fresh start).
   bool resume_newest_sound(std::string* path);
+  void prepare_checkpoint_dir();
+  void settle_run_identity(bool resumed, bool from_folder);
+  uint64_t checkpoint_bytes();  // collective: every rank's checkpoint files together
   void check_same_start(int64_t step);
   void check_same_data();
   nlohmann::json data_order() const;
@@ -179,6 +182,7 @@ class Trainer {
   int64_t nonfinite_in_a_row_ = 0;
   int abandoned_after_ = 0;  // micro-batches done of a step abandoned for a stop signal
   bool metrics_failed_ = false;  // the ranks agreed that rank 0's metrics file failed
+  std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0, while it trains into checkpoint.dir
   int64_t last_saved_step_ = -1;  // the newest checkpoint of this run (or the one it resumed from)
 };
 

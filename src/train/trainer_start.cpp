@@ -15,13 +15,7 @@ namespace strata {
 // different files); the ranks agree that all of them succeeded and start from the same step
 // before the first collective.
 void Trainer::start_state() {
-  // Leftovers of a save that was killed (a full-size step_N.tmp on a full disk would fail every
-  // save of the next run too) go before anyone saves; rank 0 does it for the shared dir.
-  if (!cfg_.checkpoint.dir.empty()) {
-    agree_on_user_errors(mpi_, "cleaning the checkpoint dir", [&] {
-      if (mpi_.world_rank() == 0) remove_interrupted_saves(cfg_.checkpoint.dir);
-    });
-  }
+  if (!cfg_.checkpoint.dir.empty()) prepare_checkpoint_dir();
   std::string resume_path;
   const std::string source_key = "checkpoint.resume";
   bool resumed = false;
@@ -45,6 +39,7 @@ void Trainer::start_state() {
     resumed = true;
   }
   if (!resumed) check_same_start(-1);
+  settle_run_identity(resumed, resume == "auto");
   if (resumed) {
     schedule_.set_iteration(state_.scheduler_iteration);
     sample_rng_.restore(state_.sample_rng);
@@ -96,7 +91,16 @@ bool Trainer::resume_newest_sound(std::string* path) {
   for (const std::string& d : complete_checkpoints(dir)) {
     if (checkpoint_dir_step(d) < below) candidates.push_back(d);
   }
+  // The folder's run (run.json): another run's checkpoints are never resumed (those saved before
+  // run ids carry none and count as the folder's).
+  std::string folder_run;
+  agree_on_user_errors(mpi_, "reading " + dir + "/run.json", [&] { folder_run = folder_run_id(dir); });
   for (const std::string& candidate : candidates) {
+    const std::string lineage = folder_run.empty() ? "" : checkpoint_run_id(candidate);
+    if (!lineage.empty() && lineage != folder_run) {
+      skip(candidate, fmt::format("belongs to another run (run {}; this folder holds run {})", lineage, folder_run));
+      continue;
+    }
     check_same_start(checkpoint_dir_step(candidate));
     try {
       agree_on_user_errors(mpi_, "resuming from " + candidate, [&] {
@@ -123,11 +127,69 @@ bool Trainer::resume_newest_sound(std::string* path) {
     std::string reasons;
     for (const auto& s : skipped) reasons += "\n  " + s["path"].get<std::string>() + ": " + s["reason"].get<std::string>();
     throw UserError(fmt::format("checkpoint.resume auto: no checkpoint in {} loads whole and finite:{}\nrepair one "
-                                "and name it in checkpoint.resume, or set checkpoint.resume: none to start over",
+                                "and name it in checkpoint.resume, or start over (checkpoint.resume: none with checkpoint.overwrite: true, "
+                                "or another checkpoint.dir)",
                                 dir, reasons),
                     RaisedOn::EveryRank);
   }
   return false;
+}
+
+// Before anything is read or saved: rank 0 checks checkpoint.dir (creating it), takes the
+// folder's lock and removes leftovers of killed saves (a full-size step_N.tmp on a full disk would
+// fail every save of the next run too); then every other rank checks it can write there.
+void Trainer::prepare_checkpoint_dir() {
+  const std::string& root = cfg_.checkpoint.dir;
+  agree_on_user_errors(mpi_, "checking checkpoint.dir", [&] {
+    if (mpi_.world_rank() != 0) return;
+    check_checkpoint_dir(root, true);
+    dir_lock_ = std::make_unique<CheckpointDirLock>(root);
+    remove_interrupted_saves(root);
+  });
+  agree_on_user_errors(mpi_, "checking checkpoint.dir", [&] {
+    if (mpi_.world_rank() != 0) check_checkpoint_dir(root, false);
+  });
+}
+
+// One run per folder. A run from fresh weights gets a new identity; a resumed run keeps its
+// checkpoint's. Rank 0 refuses to start a run in a folder that holds another run's checkpoints
+// (unless checkpoint.overwrite, which deletes them), records the run in run.json, and checks
+// that one checkpoint fits; every rank adopts the identity.
+void Trainer::settle_run_identity(bool resumed, bool from_folder) {
+  const std::string& root = cfg_.checkpoint.dir;
+  std::string id = resumed ? state_.run_id : std::string();
+  agree_on_user_errors(mpi_, "checking checkpoint.dir's run", [&] {
+    if (mpi_.world_rank() != 0) return;
+    const std::string folder_run = root.empty() ? "" : folder_run_id(root);
+    if (id.empty()) id = resumed && from_folder && !folder_run.empty() ? folder_run : new_run_id();
+    if (root.empty()) return;
+    const std::vector<std::string> held = complete_checkpoints(root);
+    const bool conflict = !held.empty() && !(resumed && from_folder) && folder_run != state_.run_id;
+    if (conflict && !cfg_.checkpoint.overwrite) {
+      throw UserError(fmt::format(
+          "checkpoint.dir {} holds the checkpoints of another run ({}, newest {}); {} would mix a new run with them. "
+          "Give this run another checkpoint.dir, continue that run with checkpoint.resume: auto, or set "
+          "checkpoint.overwrite: true to delete them and start over",
+          root, folder_run.empty() ? "saved before run ids" : "run " + folder_run, held.front(),
+          resumed ? "resuming " + cfg_.checkpoint.resume + " here" : "checkpoint.resume: " + cfg_.checkpoint.resume));
+    }
+    if (conflict) clear_checkpoint_dir(root);
+    if (conflict || folder_run != id) write_folder_run_id(root, id);
+  });
+  mpi_.broadcast(id, 0);
+  state_.run_id = id;
+  if (root.empty()) return;
+  const uint64_t bytes = checkpoint_bytes();
+  agree_on_user_errors(mpi_, "checking the room for a checkpoint", [&] {
+    if (mpi_.world_rank() == 0) check_checkpoint_room(root, state_.step, cfg_.checkpoint.keep_last, id, bytes);
+  });
+}
+
+uint64_t Trainer::checkpoint_bytes() {
+  uint64_t total = 0;
+  for (int64_t b : mpi_.all_gather({static_cast<int64_t>(checkpoint_bytes_of_rank(engine_))}))
+    total += static_cast<uint64_t>(b);
+  return total;
 }
 
 // `step` is the checkpoint's step, or -1 for fresh weights. A UserError on every rank when the

@@ -28,6 +28,10 @@ grep -q "fp16" <<<"$OUT" && grep -q "bf16" <<<"$OUT" || fail "fp16+bf16 conflict
 problems=$(grep -c "^error:   " <<<"$OUT" || true)
 [ "$problems" -ge 5 ] || { echo "$OUT"; fail "expected at least 5 problems listed, got $problems"; }
 
+# A rank count of 0 is named as such (not as a range of floating-point numbers).
+run_expect 2 "$STRATA" config "$SRC/configs/quickstart.yaml" --world-size 0
+expect_contains "$OUT" "expected a whole number of 1 or more, got '0'"
+
 # Only regular files of a config's size are read: a directory is not an empty config, and a
 # device is not read without end.
 run_expect 2 "$STRATA" config "$WORK"

@@ -283,6 +283,13 @@ TEST_CASE("pipeline layouts are checked against the model's layers and the micro
              "parallelism.pipeline.partition: every chunk needs at least one layer, got 0"));
   CHECK(only(pp2({"model.n_layer=4", "parallelism.pipeline.partition=[1, 2]"}),
              "parallelism.pipeline.partition: sums to 3 layers, but model.n_layer is 4"));
+  // Layer counts are integers, as virtual_stages is; "explicit" is no name to give (the list is).
+  CHECK(has_problem(pp2({"parallelism.pipeline.partition=[1.0, 1e0]"}),
+                    "parallelism.pipeline.partition: expected a list of whole numbers, got '1.0' as item 0"));
+  CHECK(has_problem(pp2({"parallelism.pipeline.virtual_stages=2.0"}), "parallelism.pipeline.virtual_stages: expected"));
+  CHECK(only(pp2({"parallelism.pipeline.partition=explicit"}),
+             "parallelism.pipeline.partition: give the layers of each model chunk as a list, e.g. [3, 5]; the names "
+             "are uniform and parameters"));
   CHECK(has_problem(pp2({"parallelism.pipeline.partition=[1, 1, 1]"}),
                     "parallelism.pipeline.partition: lists 3 chunks, but the pipeline has 2"));
   CHECK(only(pp2({"parallelism.pipeline.virtual_stages=2"}),
