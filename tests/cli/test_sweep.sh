@@ -63,6 +63,21 @@ rm "$WORK/listed/lr-0.01/status"
 run_expect 0 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt" --only lr-0.01
 grep -q "resumed from $WORK/listed/lr-0.01/checkpoints/step_00000003" "$WORK/listed/lr-0.01/train.log" ||
   { cat "$WORK/listed/lr-0.01/train.log"; fail "the point did not resume from its checkpoint"; }
+# Ctrl-C in a terminal (SIGINT to the sweep's process group): the running point saves and stops
+# (status 0, a checkpoint of its last step), the sweep stops; the same command continues it.
+write_small_config "$WORK/long.yaml" "$WORK/data" "train: {iters: 100000000, seed: 4}"
+in_session "$SRC/scripts/sweep.sh" --config "$WORK/long.yaml" --out "$WORK/stopped" --np 2 --axis train.seed=4,5 \
+  > "$WORK/stopped.log" 2>&1 < /dev/null &
+sweep_job=$!
+wait_for_train_record "$WORK/stopped/seed-4/metrics.jsonl"
+kill -INT -- "-$sweep_job"
+set +e; wait "$sweep_job"; set -e
+grep -q "sweep: stopped by a signal; re-run the same command to continue" "$WORK/stopped.log" ||
+  { cat "$WORK/stopped.log"; fail "the sweep did not stop"; }
+[ "$(cat "$WORK/stopped/seed-4/status")" = 0 ] || fail "the stopped point: status $(cat "$WORK/stopped/seed-4/status")"
+grep -q "saved checkpoint" "$WORK/stopped/seed-4/train.log" || fail "the stopped point saved nothing"
+[ ! -e "$WORK/stopped/seed-5/status" ] || fail "the sweep went on to the next point"
+echo "Ctrl-C: the running point saved and stopped, the sweep stopped"
 # Usage errors are exit 2 before anything runs.
 run_expect 2 "${sweep[@]}" --out "$WORK/bad"
 expect_contains "$OUT" "give at least one --axis KEY=V1,V2 or a --grid FILE"

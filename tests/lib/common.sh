@@ -85,3 +85,15 @@ stop_one_rank() {
   set +e; wait "$launcher"; RC=$?; set -e
   tail -n 3 "$log"
 }
+
+# in_session CMD...: CMD as the leader of a session and process group of its own, as a terminal's
+# shell starts a job: with SIGINT and SIGQUIT at their defaults (a script's background commands
+# ignore them, and bash cannot trap a signal ignored when it started). Start it in the background
+# (`in_session CMD &`; it execs, so $! is the session leader's pid).
+in_session() {
+  exec python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+os.setsid()
+os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}

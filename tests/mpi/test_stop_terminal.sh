@@ -70,17 +70,6 @@ resume_equals() {
   echo "$name: $((step + 2)) steps equal to the uninterrupted run bit for bit"
 }
 
-# in_session CMD...: CMD as the leader of a session and process group of its own, as a terminal's
-# shell starts a job: with SIGINT and SIGQUIT at their defaults (a script's background commands
-# ignore them, and bash cannot trap a signal ignored when it started).
-in_session() {
-  exec python3 -c 'import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_DFL)
-signal.signal(signal.SIGQUIT, signal.SIG_DFL)
-os.setsid()
-os.execvp(sys.argv[1], sys.argv[1:])' "$@"
-}
-
 # group_stop NAME LAYOUT SPEED STEPS SIGNAL [SECOND]: starts the job in a session of its own,
 # waits for STEPS finished steps, sends SIGNAL to its process group (and SECOND a second later).
 group_stop() {
