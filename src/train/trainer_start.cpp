@@ -127,8 +127,8 @@ bool Trainer::resume_newest_sound(std::string* path) {
     std::string reasons;
     for (const auto& s : skipped) reasons += "\n  " + s["path"].get<std::string>() + ": " + s["reason"].get<std::string>();
     throw UserError(fmt::format("checkpoint.resume auto: no checkpoint in {} loads whole and finite:{}\nrepair one "
-                                "and name it in checkpoint.resume, or start over (checkpoint.resume: none with checkpoint.overwrite: true, "
-                                "or another checkpoint.dir)",
+                                "and name it in checkpoint.resume, or start over (checkpoint.resume: none with "
+                                "checkpoint.overwrite: true, or another checkpoint.dir)",
                                 dir, reasons),
                     RaisedOn::EveryRank);
   }
@@ -164,13 +164,14 @@ void Trainer::settle_run_identity(bool resumed, bool from_folder) {
     if (id.empty()) id = resumed && from_folder && !folder_run.empty() ? folder_run : new_run_id();
     if (root.empty()) return;
     const std::vector<std::string> held = complete_checkpoints(root);
-    const bool conflict = !held.empty() && !(resumed && from_folder) && folder_run != state_.run_id;
+    // A fresh run never shares a used folder; a resumed one only with its own run.
+    const bool conflict = !held.empty() && !(resumed && from_folder) && (!resumed || folder_run != state_.run_id);
     if (conflict && !cfg_.checkpoint.overwrite) {
       throw UserError(fmt::format(
           "checkpoint.dir {} holds the checkpoints of another run ({}, newest {}); {} would mix a new run with them. "
           "Give this run another checkpoint.dir, continue that run with checkpoint.resume: auto, or set "
           "checkpoint.overwrite: true to delete them and start over",
-          root, folder_run.empty() ? "saved before run ids" : "run " + folder_run, held.front(),
+          root, folder_run.empty() ? "no run.json: saved before run ids" : "run " + folder_run, held.front(),
           resumed ? "resuming " + cfg_.checkpoint.resume + " here" : "checkpoint.resume: " + cfg_.checkpoint.resume));
     }
     if (conflict) clear_checkpoint_dir(root);

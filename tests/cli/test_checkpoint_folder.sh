@@ -73,6 +73,10 @@ run_id="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_i
 refused used "checkpoint.dir $WORK/used holds the checkpoints of another run (run $run_id, newest $WORK/used/step_00000004)" \
   --set checkpoint.resume=none
 expect_contains "$OUT" "set checkpoint.overwrite: true to delete them and start over"
+# Without run.json (a folder from before run ids) its checkpoints are still another run's.
+mv "$WORK/used/run.json" "$WORK/used.run.json"
+refused used "checkpoint.dir $WORK/used holds the checkpoints of another run" --set checkpoint.resume=none
+mv "$WORK/used.run.json" "$WORK/used/run.json"
 run_expect 0 "$STRATA" train --config "$WORK/used.yaml" --set checkpoint.resume=none --set checkpoint.overwrite=true \
   --set train.iters=2
 expect_contains "$OUT" "checkpoint.overwrite: deleted the previous run's"
