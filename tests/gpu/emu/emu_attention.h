@@ -51,6 +51,7 @@ struct EmulatorStats {
   uint64_t blocks = 0;
   uint64_t block_barriers = 0;        // __syncthreads() completions
   uint64_t warp_barriers = 0;         // __syncwarp() completions (shuffles included)
+  uint64_t warp_collectives = 0;      // ldmatrix / mma.sync completions (warp_gather)
   uint64_t copies_landed_at_issue = 0;
   uint64_t copies_landed_at_wait = 0;
   uint64_t schedule_hash = 0;         // digest of the order in which threads ran

@@ -29,13 +29,24 @@ constexpr size_t kSharedAlignment = 128;
 // computes its own: slower, never wrong).
 constexpr size_t kProductRingPerWarp = 512;
 
-enum class ThreadState { Runnable, AtBlockBarrier, AtWarpBarrier, Exited, Failed };
+enum class ThreadState { Runnable, AtBlockBarrier, AtWarpBarrier, AtWarpCollective, Exited, Failed };
 
 struct AsyncCopy {
   void* dst;
   const void* src;
   int bytes;
+  int src_bytes;  // read from src; the rest of `bytes` lands as zeros
   bool landed;
+};
+
+// One lane's posting to a warp-collective instruction.
+struct WarpPost {
+  unsigned char data[kMaxWarpPostBytes];
+};
+// What a warp's last collective read from memory, captured by its first lane to resume.
+struct WarpSnapshot {
+  uint64_t collective = ~uint64_t{0};  // the lanes' collectives_issued after it
+  unsigned char data[kWarpSnapshotBytes];
 };
 using CopyGroup = std::vector<AsyncCopy>;
 
@@ -47,6 +58,8 @@ struct EmulatedThread {
   CopyGroup open_group;                // issued, not yet committed
   std::deque<CopyGroup> committed;     // oldest first
   uint64_t products_issued = 0;
+  const char* collective = nullptr;  // the warp-collective instruction it waits in
+  uint64_t collectives_issued = 0;
   GuardedStack stack{kStackBytes};
 };
 
@@ -93,6 +106,10 @@ struct Emulator {
   size_t static_used = 0, static_poisoned = 0;
   const std::function<void()>* body = nullptr;
   std::vector<uint64_t> exchange;  // one shuffle slot per thread
+  // Two warp_gather slots per thread, used alternately: a lane can only post to a slot again two
+  // collectives later, when every lane of its warp has finished reading the previous contents.
+  std::vector<WarpPost> postings;
+  std::vector<WarpSnapshot> snapshots;  // one per warp
   std::vector<ProductRecord> products;
   uint64_t block_serial = 0;
   std::string failure;
@@ -124,9 +141,15 @@ void mix_into_hash(uint64_t& hash, uint64_t value) {
   hash = (hash ^ value) * 0x100000001b3ull;  // FNV-1a step
 }
 
+void copy_bytes(const AsyncCopy& copy) {
+  if (copy.src_bytes > 0) std::memcpy(copy.dst, copy.src, static_cast<size_t>(copy.src_bytes));
+  std::memset(static_cast<unsigned char*>(copy.dst) + copy.src_bytes, 0,
+              static_cast<size_t>(copy.bytes - copy.src_bytes));
+}
+
 void land(AsyncCopy& copy) {
   if (copy.landed) return;
-  std::memcpy(copy.dst, copy.src, static_cast<size_t>(copy.bytes));
+  copy_bytes(copy);
   copy.landed = true;
   ++emulator().stats.copies_landed_at_wait;
 }
@@ -152,6 +175,7 @@ void thread_entry() {
 
 void prepare_block(Emulator& e) {
   std::memset(e.dynamic_shared.base, kPoison, e.dynamic_shared.bytes);
+  for (WarpSnapshot& s : e.snapshots) s.collective = ~uint64_t{0};
   // Static variables are placed as threads reach them; what the previous block used is poisoned.
   std::memset(e.static_shared.base, kPoison, e.static_poisoned);
   e.static_variables.clear();
@@ -165,8 +189,46 @@ void prepare_block(Emulator& e) {
     t.open_group.clear();
     t.committed.clear();
     t.products_issued = 0;
+    t.collective = nullptr;
+    t.collectives_issued = 0;
     prepare_context(t.context, t.stack, thread_entry);
   }
+}
+
+std::string warp_name(const Emulator& e, unsigned warp) {
+  return "warp " + std::to_string(warp) + " of " + block_name(e.block_idx);
+}
+
+// A warp some of whose lanes wait in a warp-collective instruction: releases it when every lane
+// waits in the same one (.sync.aligned); throws when they never can. With `stuck` (nothing else
+// was released), lanes elsewhere (at a barrier: the instruction in divergent code) never come.
+bool release_warp_collective(Emulator& e, unsigned warp, unsigned exited, bool stuck) {
+  const unsigned count = warp_size(e.threads, warp);
+  const auto lane = [&](unsigned l) -> EmulatedThread& { return *e.thread_pool[warp * kWarpSize + l]; };
+  const char* first = nullptr;
+  unsigned waiting = 0;
+  for (unsigned l = 0; l < count; ++l) {
+    if (lane(l).state != ThreadState::AtWarpCollective) continue;
+    ++waiting;
+    if (!first) first = lane(l).collective;
+  }
+  if (waiting == 0) return false;
+  if (exited > 0)
+    throw EmulationError(std::string(first) + " (.sync.aligned) waits for " + std::to_string(exited) + " lanes of " +
+                         warp_name(e, warp) + " that already exited");
+  if (waiting < count && stuck)
+    throw EmulationError(std::string(first) + " (.sync.aligned) reached by " + std::to_string(waiting) + " of the " +
+                         std::to_string(count) + " lanes of " + warp_name(e, warp) +
+                         "; the others wait at a barrier (a warp-collective instruction inside divergent code)");
+  if (waiting < count) return false;  // the others may still arrive
+  for (unsigned l = 0; l < count; ++l)
+    if (std::strcmp(lane(l).collective, first) != 0)
+      throw EmulationError("lanes of " + warp_name(e, warp) + " execute different warp-collective instructions: " +
+                           first + " and, in lane " + std::to_string(l) + ", " + lane(l).collective +
+                           " (.aligned: every lane must execute the same one)");
+  for (unsigned l = 0; l < count; ++l) lane(l).state = ThreadState::Runnable;
+  ++e.stats.warp_collectives;
+  return true;
 }
 
 // Releases whatever barrier is complete; throws when the waiting threads can never proceed.
@@ -177,15 +239,20 @@ void release_barriers(Emulator& e) {
   bool released = false;
   for (unsigned w = 0; w < warp_count(threads); ++w) {
     const unsigned lanes = warp_size(threads, w);
-    unsigned warp_waiting = 0, warp_exited = 0;
+    unsigned warp_waiting = 0, warp_exited = 0, warp_collective = 0;
     for (unsigned l = 0; l < lanes; ++l) {
       const ThreadState s = e.thread_pool[w * kWarpSize + l]->state;
       warp_waiting += s == ThreadState::AtWarpBarrier;
       warp_exited += s == ThreadState::Exited;
+      warp_collective += s == ThreadState::AtWarpCollective;
       at_block += s == ThreadState::AtBlockBarrier;
     }
     exited += warp_exited;
     at_warp += warp_waiting;
+    if (warp_collective > 0) {
+      released |= release_warp_collective(e, w, warp_exited, false);
+      continue;
+    }
     if (warp_waiting == lanes) {
       for (unsigned l = 0; l < lanes; ++l) e.thread_pool[w * kWarpSize + l]->state = ThreadState::Runnable;
       ++e.stats.warp_barriers;
@@ -196,6 +263,7 @@ void release_barriers(Emulator& e) {
     }
   }
   if (released) return;
+  for (unsigned w = 0; w < warp_count(threads); ++w) release_warp_collective(e, w, 0, true);
   if (at_block == 0)  // a guard: partial warps with exited lanes were reported above
     throw EmulationError("no thread of " + block_name(e.block_idx) + " can make progress");
   if (exited > 0)
@@ -278,20 +346,55 @@ uint64_t warp_exchange_xor(uint64_t bits, int lane_xor) {
   return received;
 }
 
-void async_copy(void* dst, const void* src, int bytes) {
+void warp_gather(const char* instruction, const void* post, size_t bytes, void* postings) {
+  Emulator& e = emulator();
+  EmulatedThread& t = running_thread(instruction);
+  if (bytes > kMaxWarpPostBytes) fail(std::string(instruction) + ": warp_gather posting larger than kMaxWarpPostBytes");
+  const unsigned warp = t.index / kWarpSize, base = warp * kWarpSize;
+  if (warp_size(e.threads, warp) != kWarpSize)
+    fail(std::string(instruction) + " in a warp of " + std::to_string(warp_size(e.threads, warp)) +
+         " lanes (.sync.aligned: all 32 lanes must execute it; the block has " + std::to_string(e.threads) +
+         " threads)");
+  const size_t parity = (t.collectives_issued & 1u) * e.threads;
+  std::memcpy(e.postings[parity + t.index].data, post, bytes);
+  t.collective = instruction;
+  t.state = ThreadState::AtWarpCollective;
+  yield_to_scheduler(t);  // released once all 32 lanes posted the same instruction
+  t.collective = nullptr;
+  ++t.collectives_issued;
+  unsigned char* out = static_cast<unsigned char*>(postings);
+  for (unsigned l = 0; l < kWarpSize; ++l) std::memcpy(out + l * bytes, e.postings[parity + base + l].data, bytes);
+}
+
+unsigned char* warp_snapshot(bool* capture) {
+  Emulator& e = emulator();
+  const EmulatedThread& t = running_thread("warp_snapshot");
+  WarpSnapshot& snapshot = e.snapshots[t.index / kWarpSize];
+  // No lane of the warp runs on before the first one to resume has captured it; the next
+  // collective cannot complete before every lane is done with this one, so one buffer suffices.
+  *capture = snapshot.collective != t.collectives_issued;
+  snapshot.collective = t.collectives_issued;
+  return snapshot.data;
+}
+
+void async_copy(void* dst, const void* src, int bytes, int src_bytes) {
   Emulator& e = emulator();
   EmulatedThread& t = running_thread("cp.async");
   if (bytes != 4 && bytes != 8 && bytes != 16) fail("cp.async of " + std::to_string(bytes) + " bytes (4, 8 or 16)");
+  if (src_bytes < 0) src_bytes = bytes;
+  if (src_bytes > bytes)
+    fail("cp.async src-size " + std::to_string(src_bytes) + " exceeds its copy size " + std::to_string(bytes));
   if (!in_shared_memory(dst, static_cast<size_t>(bytes))) fail("cp.async destination outside shared memory");
-  if (in_shared_memory(src, 1)) fail("cp.async source in shared memory (must be global)");
+  // A zero src-size reads nothing: the source need not be a valid address.
+  if (src_bytes > 0 && in_shared_memory(src, 1)) fail("cp.async source in shared memory (must be global)");
   if (reinterpret_cast<uintptr_t>(dst) % static_cast<uintptr_t>(bytes) != 0 ||
-      reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(bytes) != 0)
+      (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(bytes) != 0))
     fail("cp.async of " + std::to_string(bytes) + " bytes between addresses not aligned to its size");
   // The hardware may land a copy any time between issue and wait: landing some at once
   // exposes writes into buffers still being read, deferring the others exposes early reads.
-  AsyncCopy copy{dst, src, bytes, false};
+  AsyncCopy copy{dst, src, bytes, src_bytes, false};
   if (e.rng() & 1u) {
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    copy_bytes(copy);
     copy.landed = true;
     ++e.stats.copies_landed_at_issue;
   }
@@ -391,6 +494,8 @@ void run_grid(Dim3 grid, Dim3 block, size_t shared_bytes, const std::function<vo
   e.threads = static_cast<unsigned>(threads);
   while (e.thread_pool.size() < e.threads) e.thread_pool.push_back(std::make_unique<EmulatedThread>());
   e.exchange.assign(e.threads, 0);
+  e.postings.assign(2 * size_t{e.threads}, WarpPost{});
+  e.snapshots.assign(warp_count(e.threads), WarpSnapshot{});
   if (e.products.size() < warp_count(e.threads) * kProductRingPerWarp)
     e.products.resize(warp_count(e.threads) * kProductRingPerWarp);
   e.dynamic_shared.allocate(shared_bytes);

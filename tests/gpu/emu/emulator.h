@@ -32,8 +32,21 @@ void block_barrier();  // __syncthreads()
 void warp_barrier();   // __syncwarp() over the full warp
 // Each lane posts `bits` and gets the bits posted by lane ^ lane_xor (a full-warp shuffle).
 uint64_t warp_exchange_xor(uint64_t bits, int lane_xor);
-// cp.async: `bytes` (4, 8 or 16) from global src to shared dst, in this thread's open group.
-void async_copy(void* dst, const void* src, int bytes);
+// A warp-collective instruction (.sync.aligned): every lane of a full warp posts `bytes` (at most
+// kMaxWarpPostBytes) under the same `instruction` (a string literal naming it); once all 32 have,
+// `postings` receives them in lane order (32 · bytes). A lane that exits, diverges to another
+// barrier or posts another instruction is reported as an EmulationError naming the instruction.
+constexpr size_t kMaxWarpPostBytes = 32;
+void warp_gather(const char* instruction, const void* post, size_t bytes, void* postings);
+// Right after warp_gather: the warp's buffer for what the instruction reads from memory, with
+// *capture set in the first lane of the warp to resume, which must fill it; the other lanes
+// read it, so all see memory as it was when the warp completed the instruction (a lane running
+// on cannot change what its warp-mates load).
+constexpr size_t kWarpSnapshotBytes = 512;
+unsigned char* warp_snapshot(bool* capture);
+// cp.async: `bytes` (4, 8 or 16) from global src to shared dst, in this thread's open group; only
+// the first src_bytes (0…bytes; -1: all) are read, the rest land as zeros (the src-size form).
+void async_copy(void* dst, const void* src, int bytes, int src_bytes = -1);
 void async_commit();
 void async_wait(int pending_groups);  // lands all but the newest `pending_groups` groups
 // The block's dynamic shared memory; fails if the emulator cannot honour `alignment`.
@@ -57,6 +70,15 @@ struct ProductRecord {
 };
 // The record of this thread's next product and its key (equal keys: same warp, same index).
 ProductRecord& next_product_record(uint64_t* key);
+
+// PTX warp-matrix instructions (emu_ptx.cpp), as kernels/mma_ptx.cuh issues them.
+// ldmatrix.sync.aligned.m8n8.x{matrices}{.trans}.shared.b16: `row` is this lane's row address,
+// `registers` receives `matrices` 32-bit registers.
+void ldmatrix(int matrices, bool trans, const void* row, uint32_t* registers);
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: d[4] = a[4]·b[2] + c[4] in the
+// ISA's fragment layouts (d may alias c).
+enum class MmaInput { BF16, F16 };
+void mma_m16n8k16(MmaInput input, float* d, const uint32_t* a, const uint32_t* b, const float* c);
 
 // ---- host side ----
 // cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes) for the kernel at `kernel_id`.

@@ -9,6 +9,8 @@ Rewrites, per file (sources named on the command line and the local headers they
                                              never shares a symbol with the real kernels library
                                              linked into the same test;
   * attention_wmma.cuh                      -> its cp.async section (inline PTX) becomes emulator calls;
+  * mma_ptx.cuh                             -> each '// ---- ptx section: NAME' (mma.sync, ldmatrix,
+                                             cp.async) becomes the emulator calls of PTX_HOOKS[NAME];
   * extern __shared__ T name[];             -> T* const name = the block's dynamic shared memory;
   * __shared__ T name[dims];                -> T (&name)[dims] = this declaration's static shared
                                              memory in the running block;
@@ -41,6 +43,45 @@ __device__ __forceinline__ void cp_async_commit() { ::strata::emu::async_commit(
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() { ::strata::emu::async_wait(kPending); }
 """
+# kernels/mma_ptx.cuh: each section, from its opening marker to its closing one, is replaced by the
+# hooks of the same name, which must define the same functions (the warp-collective semantics
+# live in the emulator: tests/gpu/emu/emu_ptx.cpp).
+PTX_FILE = "mma_ptx.cuh"
+PTX_SECTION = re.compile(r'^[ \t]*// ---- ptx section: (\S+) ----[^\n]*\n(.*?)^[ \t]*// ---- end of ptx section: (\S+) ----[^\n]*\n',
+                         re.M | re.S)
+PTX_HOOK_HEADER = "// ---- ptx section {}: routed to the CPU emulator by tests/gpu/emu/transform_kernels.py ----\n"
+PTX_HOOKS = {
+    "mma.sync": """\
+__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                                  const float (&c)[4]) {
+  ::strata::emu::mma_m16n8k16(::strata::emu::MmaInput::BF16, d, a, b, c);
+}
+__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                                 const float (&c)[4]) {
+  ::strata::emu::mma_m16n8k16(::strata::emu::MmaInput::F16, d, a, b, c);
+}
+""",
+    "ldmatrix": """\
+__device__ __forceinline__ void ldmatrix_x1(uint32_t (&r)[1], const void* row) { ::strata::emu::ldmatrix(1, false, row, r); }
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row) { ::strata::emu::ldmatrix(2, false, row, r); }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ::strata::emu::ldmatrix(4, false, row, r); }
+__device__ __forceinline__ void ldmatrix_x1_trans(uint32_t (&r)[1], const void* row) { ::strata::emu::ldmatrix(1, true, row, r); }
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row) { ::strata::emu::ldmatrix(2, true, row, r); }
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ::strata::emu::ldmatrix(4, true, row, r); }
+""",
+    "cp.async": """\
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
+  ::strata::emu::async_copy(smem_dst, gmem_src, 16);
+}
+__device__ __forceinline__ void cp_async_16_zfill(void* smem_dst, const void* gmem_src, int src_bytes) {
+  ::strata::emu::async_copy(smem_dst, gmem_src, 16, src_bytes);
+}
+__device__ __forceinline__ void cp_async_commit() { ::strata::emu::async_commit(); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { ::strata::emu::async_wait(kPending); }
+""",
+}
+DEFINED_FUNCTION = re.compile(r'__forceinline__\s+[\w:<>]+\s+(\w+)\s*\(')
 SHARED_DECL = re.compile(
     r'extern\s+__shared__\s+(?:__align__\(\s*(\d+)\s*\)\s+)?([A-Za-z_][\w\s:]*?)\s+(\w+)\s*\[\s*\]\s*;')
 STATIC_SHARED_DECL = re.compile(
@@ -103,6 +144,35 @@ def replace_cp_async(text, name):
         die(f"{name}: the cp.async section defines {sorted(defined)}, the emulator hooks cover "
             f"{sorted(CP_ASYNC_FUNCTIONS)}; update CP_ASYNC_HOOKS in tests/gpu/emu/transform_kernels.py")
     return text[:start] + pad_to_lines(CP_ASYNC_HOOKS, text[start:end]) + text[end:]
+
+
+def replace_ptx_sections(text, name):
+    found = []
+
+    def section(m):
+        opened, body, closed = m.group(1), m.group(2), m.group(3)
+        if opened != closed:
+            die(f"{name}: ptx section '{opened}' closed by the marker of '{closed}'")
+        if opened not in PTX_HOOKS:
+            die(f"{name}: ptx section '{opened}' has no emulator hooks; add them to PTX_HOOKS in "
+                f"tests/gpu/emu/transform_kernels.py")
+        hooks = PTX_HOOK_HEADER.format(opened) + PTX_HOOKS[opened]
+        defined = set(DEFINED_FUNCTION.findall(without_comments(body)))
+        hooked = set(DEFINED_FUNCTION.findall(hooks))
+        if defined != hooked:
+            die(f"{name}: ptx section '{opened}' defines {sorted(defined)}, its emulator hooks "
+                f"{sorted(hooked)}; update PTX_HOOKS in tests/gpu/emu/transform_kernels.py")
+        if hooks.count("\n") > m.group(0).count("\n"):
+            die(f"{name}: the emulator hooks of ptx section '{opened}' are longer than the section; the lines "
+                f"after it would lose their numbers")
+        found.append(opened)
+        return pad_to_lines(hooks, m.group(0))
+
+    text = PTX_SECTION.sub(section, text)
+    if sorted(found) != sorted(PTX_HOOKS):
+        die(f"{name}: found the ptx sections {sorted(found)}, expected {sorted(PTX_HOOKS)} "
+            f"('// ---- ptx section: NAME ----' ... '// ---- end of ptx section: NAME ----')")
+    return text
 
 
 def replace_shared(text):
@@ -217,13 +287,15 @@ def main():
     for text in texts.values():
         template_kernels.update(TEMPLATE_KERNEL.findall(without_comments(text)))
 
-    written = []
+    declared = []
     for path, text in texts.items():
         display = os.path.relpath(path, repo_root)
         base = os.path.basename(path)
         text = rename_namespace(text, display, args.namespace)
         if base == "attention_wmma.cuh":
             text = replace_cp_async(text, display)
+        if base == PTX_FILE:
+            text = replace_ptx_sections(text, display)
         if base.endswith((".cu", ".cuh")):
             text = replace_launches(replace_shared(text), template_kernels)
         if args.mutant and base == MUTANT_FILE:
@@ -234,15 +306,16 @@ def main():
                   f"#line 1 \"{path}\"\n")
         out = tree.output(path)
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        written.append(os.path.abspath(out))
+        if any(tree.find(name, None) == path for name in args.sources):
+            declared.append(os.path.abspath(out))
         with open(out, "w", encoding="utf-8") as f:
             f.write(header + text)
     if args.depfile:
         def escape(path):
             return path.replace(" ", "\\ ")
         with open(args.depfile, "w", encoding="utf-8") as f:
-            targets = [path for path in written if path.endswith(".cpp")]  # the declared outputs
-            f.write(" ".join(map(escape, targets)) + ": " + " ".join(map(escape, texts)) + "\n")
+            # The declared outputs: the copies of the files named on the command line.
+            f.write(" ".join(map(escape, declared)) + ": " + " ".join(map(escape, texts)) + "\n")
 
 
 if __name__ == "__main__":
