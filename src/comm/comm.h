@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <functional>
 #include <memory>
@@ -55,6 +56,33 @@ class MpiRuntime {
   MPI_Comm control_comm_ = MPI_COMM_NULL;
   std::shared_ptr<const comm_detail::GroupInfo> control_group_;
   mutable int control_tag_ = 0;
+};
+
+// A round of non-blocking yes/no votes over the world (MPI_Iallreduce of a flag on a
+// communicator of its own). Every rank posts the same number of votes in the same order; post()
+// returns at once, any_yes(i) waits until every rank has posted vote i and says whether one voted
+// yes; finish() waits for every vote posted and starts the next round at index 0. Votes in flight
+// hold no rank back: a rank waits only when it asks for a result. Main thread only.
+class WorldVote {
+ public:
+  explicit WorldVote(const MpiRuntime& mpi);
+  ~WorldVote();
+  WorldVote(const WorldVote&) = delete;
+  WorldVote& operator=(const WorldVote&) = delete;
+
+  int post(bool yes);
+  bool any_yes(int index);
+  void finish();
+
+ private:
+  struct Vote {
+    int mine = 0, any = 0;
+    MPI_Request request = MPI_REQUEST_NULL;
+    bool done = false;
+  };
+  int size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::deque<Vote> votes_;  // stable addresses: MPI writes into them while in flight
 };
 
 // Collective over the world: runs `step` (set-up that a rank does on its own: opening files,

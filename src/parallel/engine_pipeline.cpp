@@ -67,12 +67,17 @@ void Engine::plan_pipeline() {
   table_ = pipe_schedule(shape_, stage_);
 }
 
-void Engine::communicate(const PipeAction& action, int B, int T) {
+void Engine::communicate(const PipeAction& action, int B, int T, int below) {
   // Messages between two stages are told apart by tag (MPI) and listed in one order on both
   // sides (NCCL matches by order): activations before gradients, then by micro-batch and chunk.
   auto key = [](const PipeTransfer& t) { return std::make_tuple(t.gradient, t.micro_batch, t.consumer_chunk); };
   auto by_key = [&](const PipeTransfer& a, const PipeTransfer& b) { return key(a) < key(b); };
-  std::vector<PipeTransfer> sends = action.sends, recvs = action.recvs;
+  std::vector<PipeTransfer> sends, recvs;
+  for (const PipeTransfer& t : action.sends)
+    if (t.micro_batch < below) sends.push_back(t);
+  for (const PipeTransfer& t : action.recvs)
+    if (t.micro_batch < below) recvs.push_back(t);
+  if (sends.empty() && recvs.empty()) return;  // cut off by a stop
   std::sort(sends.begin(), sends.end(), by_key);
   std::sort(recvs.begin(), recvs.end(), by_key);
   const int chunk_count = stages_ * shape_.virtual_stages;
@@ -98,7 +103,8 @@ void Engine::communicate(const PipeAction& action, int B, int T) {
 }
 
 std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& tokens,
-                                         const std::vector<const int32_t*>& targets, int B, int T, float dloss) {
+                                         const std::vector<const int32_t*>& targets, int B, int T, float dloss,
+                                         const PipelineStop& stop) {
   if (!pp_) throw std::logic_error("Engine::pipeline_step without a pipeline");
   const int m = static_cast<int>(tokens.size());
   if (m != micro_batches_ || m != shape_.micro_batches || micro_index_ != 0 || targets.size() != tokens.size()) {
@@ -111,11 +117,21 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
   // pipeline (the bubble's denominator) rather than that plus the stages' skew.
   if (settings_.synchronize_phases) pp_->barrier();
   const Timer run;
+  stopped_before_ = m;
+  const int lag = pipe_stop_vote_lag(shape_);
+  int voted = 0;  // micro-batches whose vote this rank has posted and taken
   for (const PipeAction& a : table_) {
+    // A vote for every micro-batch this action is the first to touch (simulate_stop_vote proves
+    // the cut consistent and free of deadlocks and stalls for every schedule).
+    for (const int last = pipe_last_micro_batch(a); stop.vote && stopped_before_ == m && voted <= last; ++voted) {
+      stop.vote->post(stop.local_stop());
+      if (voted >= lag && stop.vote->any_yes(voted - lag)) stopped_before_ = voted;
+    }
     if (a.kind == PipeAction::Kind::Communicate) {
-      communicate(a, B, T);
+      communicate(a, B, T, stopped_before_);
       continue;
     }
+    if (a.micro_batch >= stopped_before_) continue;
     Gpt& g = chunk_model(a.chunk, a.micro_batch);
     const size_t mb = static_cast<size_t>(a.micro_batch);
     const Timer t;
@@ -133,8 +149,10 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
     pad_to(backend_, t, settings_.pipeline.backward_seconds);
     times_.backward += phase_seconds(t);
   }
+  if (stop.vote) stop.vote->finish();
   times_.tp_wait += tp_->wait_seconds() - tp_wait_before;
   times_.pipeline += run.seconds();
+  if (stopped_before_ < m) return losses;  // the caller abandons the step
   const Timer t;
   switch (settings_.zero_stage) {
     case 0:

@@ -187,6 +187,12 @@ struct FlatSpan {
 
 class ShardedParamStore;
 
+// A stop part-way through a pipelined step (Engine::pipeline_step): the votes, and this rank's say.
+struct PipelineStop {
+  WorldVote* vote = nullptr;
+  std::function<bool()> local_stop;
+};
+
 // One data-parallel replica group: owns the model (and for stage 3 its sharded store), the
 // gradient reduction and the AdamW step. Every member rank calls the same methods in the same
 // order. `dp` carries the gradient and parameter traffic; `scalars` (the world, ranks ordered
@@ -232,8 +238,14 @@ class Engine {
   // Pipeline parallelism: every micro-batch of the step (begin_step(tokens.size()) first) through
   // this rank's schedule table, then the gradient reductions (those of finish_reduction
   // included). Returns the micro-batches' mean losses on the last stage (zeros elsewhere).
+  // With a `stop`, the ranks vote on local_stop() as the table reaches each micro-batch (see
+  // pipe_stop_vote_lag): when a vote says stop, every rank finishes only the micro-batches before
+  // the same one and returns without reducing; pipeline_stopped_before() then says which, and
+  // the caller abandons the step.
   std::vector<float> pipeline_step(const std::vector<const int32_t*>& tokens,
-                                   const std::vector<const int32_t*>& targets, int B, int T, float dloss);
+                                   const std::vector<const int32_t*>& targets, int B, int T, float dloss,
+                                   const PipelineStop& stop = {});
+  int pipeline_stopped_before() const { return stopped_before_; }
   // Inference through every stage (all ranks of the pipeline call it): the mean loss of a batch
   // (on the last stage; 0 elsewhere), and the last position's logits (vocab_size values) for a
   // (1, T) context, the same on every stage.
@@ -293,7 +305,8 @@ class Engine {
   Gpt& chunk_model(int chunk, int micro_batch) {
     return *models_[static_cast<size_t>(chunk * slots_ + micro_batch % slots_)];
   }
-  void communicate(const PipeAction& action, int B, int T);
+  // The action's transfers of micro-batches below `below` (all of them when not stopping).
+  void communicate(const PipeAction& action, int B, int T, int below);
   // Stage 2: reduce-scatters a chunk's gradient (one micro-batch's) into the shard, group by group.
   void reduce_chunk_stage2(int chunk);
   // After every backward of the step: the tied embeddings' gradient summed over the embedding
@@ -358,6 +371,7 @@ class Engine {
   std::vector<GptChunk> chunks_;
   std::vector<LayerGroup> groups_;  // n_layer + 2, empty where this rank holds none
   PipeShape shape_;
+  int stopped_before_ = 0;  // of the last pipeline_step: its micro-batch count unless stopped
   std::vector<PipeAction> table_;
   Buffer stage2_scratch_;  // stage 2 under PP: one group's gradient, padded for its reduce-scatter
   Buffer logits_row_;      // PP samples: the last stage's logits, broadcast

@@ -28,7 +28,8 @@ bool Trainer::train_step(StepMetrics& m) {
   engine_.begin_step(gas);
   std::vector<float> losses;
   if (engine_.pipeline_stages() > 1) {
-    // The pipeline runs the step's micro-batches together: a stop is honoured between steps.
+    // The pipeline runs the step's micro-batches together; the ranks vote on a stop as it reaches
+    // each one, and stop together part-way.
     std::vector<MicroBatch> batches;
     std::vector<const int32_t*> tokens, targets;
     for (int i = 0; i < gas; ++i) batches.push_back(loader_->next());
@@ -36,7 +37,12 @@ bool Trainer::train_step(StepMetrics& m) {
       tokens.push_back(b.tokens.data());
       targets.push_back(b.targets.data());
     }
-    losses = engine_.pipeline_step(tokens, targets, micro, seq, dloss);
+    losses = engine_.pipeline_step(tokens, targets, micro, seq, dloss, {stop_vote_.get(), [] { return stop_requested(); }});
+    if (engine_.pipeline_stopped_before() < gas) {
+      engine_.abandon_step();
+      abandoned_after_ = engine_.pipeline_stopped_before();
+      return false;
+    }
   }
   for (int i = engine_.pipeline_stages() > 1 ? gas : 0; i < gas; ++i) {
     // A stop signal is honoured between micro-batches: a step of many micro-batches (or slow
@@ -246,6 +252,7 @@ int Trainer::run_loop() {
   // Only from here on is a stop signal deferred to a step boundary: during set-up (which may
   // wait minutes on a checkpoint, or on a peer that failed) it ends the process at once.
   install_stop_signal_handlers();
+  if (engine_.pipeline_stages() > 1) stop_vote_ = std::make_unique<WorldVote>(mpi_);  // collective
   const Timer run_timer;
   const int64_t first_step = state_.step;
   const auto due = [&](int64_t interval, bool last) {

@@ -182,7 +182,8 @@ class Trainer {
   int64_t nonfinite_in_a_row_ = 0;
   int abandoned_after_ = 0;  // micro-batches done of a step abandoned for a stop signal
   bool metrics_failed_ = false;  // the ranks agreed that rank 0's metrics file failed
-  std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0, while it trains into checkpoint.dir
+  std::unique_ptr<CheckpointDirLock> dir_lock_;
+  std::unique_ptr<WorldVote> stop_vote_;  // pipelines: the stop votes part-way through a step  // rank 0, while it trains into checkpoint.dir
   int64_t last_saved_step_ = -1;  // the newest checkpoint of this run (or the one it resumed from)
 };
 

@@ -7,6 +7,7 @@
 # every step, its rank 0 writing as fast as it can) and slow ones (a second or more a step):
 #  - the job exits 0 within 10 s of the signal, with a checkpoint of the last finished step;
 #  - resumed, its losses equal an uninterrupted run's bit for bit;
+#  - a pipeline step of thousands of micro-batches stops part-way, within 10 s;
 #  - a second signal ends the job within 10 s and leaves the newest checkpoint whole (the same
 #    command resumes from it).
 source "$(dirname "$0")/../lib/common.sh"
@@ -105,18 +106,34 @@ resume_equals slow_dp2_hup dp2
 group_stop slow_pp_int pp2dp2 slow 2 INT
 check_stopped slow_pp_int "$RC" "$TOOK"
 
-# 2. A second signal: the job ends at once, the newest checkpoint stays whole. A pipeline
-# finishes the step under way before it stops (the stages agree at step boundaries), and this
-# step of 2000 micro-batches would take minutes: the user presses Ctrl-C again.
-config twice pp2dp2 slow
+# A pipeline step of 2000 micro-batches (minutes) stops part-way: the stages vote as their tables
+# reach each micro-batch and stop together; the step is abandoned, the step-0 checkpoint kept.
+config long_pp pp2dp2 slow
 sed -i -e 's|save_interval: 3}|save_interval: 3, save_initial: true}|' \
-  -e 's|^gradient_accumulation_steps: .*|gradient_accumulation_steps: 2000|' "$WORK/twice.yaml"
-CONFIGURED=1 group_stop twice pp2dp2 slow 0 INT INT
+  -e 's|^gradient_accumulation_steps: .*|gradient_accumulation_steps: 2000|' "$WORK/long_pp.yaml"
+CONFIGURED=1 group_stop long_pp pp2dp2 slow 0 INT
+check_stopped_at_zero() {  # NAME: the checkpoint of step 0 is the newest, whole
+  [ "$(cat "$WORK/$1/latest")" = step_00000000 ] || fail "$1: latest is $(cat "$WORK/$1/latest")"
+  ! ls -d "$WORK/$1"/*.tmp >/dev/null 2>&1 || fail "$1: a partial save was left"
+}
+tail -n 2 "$WORK/long_pp.log"
+[ "$RC" -eq 0 ] || fail "long_pp: exit $RC"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 10 else 1)" "$TOOK" || fail "long_pp: the stop took $TOOK s"
+grep -q "abandoned step 1 after [0-9]* of 2000 micro-batches" "$WORK/long_pp.log" || fail "long_pp: no abandoned step"
+check_stopped_at_zero long_pp
+echo "long_pp: exit 0 after $TOOK s, $(grep -o 'abandoned step 1 after [0-9]* of 2000 micro-batches' "$WORK/long_pp.log")"
+
+# 2. A second signal: the job ends at once, the newest checkpoint stays whole. Each chunk's
+# forward and backward is padded to 3 s (STRATA_PIPE_COST_MS), so the first stop takes a while;
+# the user presses Ctrl-C again.
+config twice pp2dp2 slow
+sed -i -e 's|save_interval: 3}|save_interval: 3, save_initial: true}|' "$WORK/twice.yaml"
+STRATA_PIPE_COST_MS=3000,3000 CONFIGURED=1 group_stop twice pp2dp2 slow 0 INT INT
 tail -n 3 "$WORK/twice.log"
 [ "$RC" -ne 0 ] || fail "a second signal: exit 0, expected the job killed"
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 10 else 1)" "$TOOK" || fail "the second signal took $TOOK s"
 expect_contains "$(cat "$WORK/twice.log")" "received again: stopping the ranks now"
-[ "$(cat "$WORK/twice/latest")" = step_00000000 ] || fail "twice: latest is $(cat "$WORK/twice/latest")"
+check_stopped_at_zero twice
 echo "twice: killed after $TOOK s (exit $RC); the checkpoint of step 0 stays the newest"
 run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 4 "$STRATA" train --config "$WORK/twice.yaml" \
   --set train.iters=1 --set gradient_accumulation_steps=2

@@ -93,6 +93,27 @@ PipeSimulation simulate_pipeline(const PipeShape& shape, double forward_cost = 1
 // The same for given tables (one per rank), e.g. a deliberately broken one.
 PipeSimulation simulate_tables(const PipeShape& shape, const std::vector<std::vector<PipeAction>>& tables,
                                double forward_cost = 1.0, double backward_cost = 2.0);
+// ---- a stop part-way through a step ---------------------------------------------------------
+// At the first action of its table that touches micro-batch j (a compute or a transfer of it), a
+// rank posts vote j, non-blocking, and waits for the outcome of vote j − lag. When that vote was
+// a stop, the rank runs the rest of its table only for micro-batches < j. Nothing before that
+// cut touched micro-batch j or later, so every rank runs its table restricted to micro-batches
+// < j, whose transfers pair up as the whole table's do, and the step can be abandoned. The lag
+// keeps the waits from stalling a running pipeline (ranks run that many micro-batches apart at
+// most); simulate_stop_vote proves both for every schedule.
+int pipe_stop_vote_lag(const PipeShape& shape);
+// The highest micro-batch an action computes or transfers.
+int pipe_last_micro_batch(const PipeAction& action);
+// Runs the tables with those votes, vote `stop_vote` (−1: none) deciding a stop; the same
+// checks as simulate_tables, and `stopped_before` is the micro-batch the ranks stopped at
+// (micro_batches when they did not), the same on every rank or a problem.
+struct PipeStopSimulation {
+  PipeSimulation run;
+  int stopped_before = 0;
+};
+PipeStopSimulation simulate_stop_vote(const PipeShape& shape, int stop_vote, double forward_cost = 1.0,
+                                      double backward_cost = 2.0);
+
 // Theory: (p − 1)/(m + p − 1) for GPipe and 1F1B, and for interleaving with v chunks the bubble
 // time divided by v: (p − 1)/(v·m + p − 1).
 double pipe_bubble_theory(const PipeShape& shape);

@@ -4,6 +4,8 @@
 // send/recv, the strictest model (NCCL's). If no rank can move while some are unfinished, the
 // tables deadlock. Every compute is also checked to come after its inputs.
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <tuple>
@@ -29,7 +31,16 @@ struct RankState {
   std::set<std::tuple<bool, int, int>> received;  // (gradient, micro-batch, consumer chunk)
   std::set<std::pair<int, int>> forwarded;         // (micro-batch, chunk) whose forward ran
   int in_flight = 0, max_in_flight = 0;
+  int votes = 0;          // stop votes posted
+  int checked = 0;        // micro-batches whose vote outcome this rank has taken
+  int below = INT32_MAX;  // micro-batches this rank still runs (a decided stop lowers it)
   bool done() const { return next >= table.size(); }
+};
+
+// The stop votes being simulated: lag, and which vote says stop (−1: none).
+struct VoteModel {
+  bool on = false;
+  int lag = 0, yes = -1;
 };
 
 std::string describe(const PipeAction& a) {
@@ -53,8 +64,11 @@ PipeSimulation simulate_pipeline(const PipeShape& shape, double forward_cost, do
   return simulate_tables(shape, tables, forward_cost, backward_cost);
 }
 
-PipeSimulation simulate_tables(const PipeShape& shape, const std::vector<std::vector<PipeAction>>& tables,
-                               double forward_cost, double backward_cost) {
+namespace {
+
+PipeSimulation simulate(const PipeShape& shape, const std::vector<std::vector<PipeAction>>& tables,
+                        double forward_cost, double backward_cost, const VoteModel& votes,
+                        std::vector<int>* stopped_before) {
   PipeSimulation out;
   const int p = shape.stages, chunks = shape.stages * shape.virtual_stages;
   std::vector<RankState> ranks(static_cast<size_t>(p));
@@ -69,6 +83,28 @@ PipeSimulation simulate_tables(const PipeShape& shape, const std::vector<std::ve
       RankState& r = ranks[static_cast<size_t>(s)];
       while (!r.done()) {
         const PipeAction& a = r.table[r.next];
+        // Votes for every micro-batch this action is the first to touch, in order.
+        bool waiting = false;
+        for (const int last = pipe_last_micro_batch(a); votes.on && r.below == INT32_MAX && r.checked <= last;) {
+          const int j = r.checked;
+          if (r.votes == j) {
+            ++r.votes;
+            progress = true;
+          }
+          if (j >= votes.lag) {
+            waiting = !std::all_of(ranks.begin(), ranks.end(),
+                                   [&](const RankState& q) { return q.votes > j - votes.lag; });
+            if (waiting) break;  // for the vote's outcome
+            if (j - votes.lag == votes.yes) r.below = j;
+          }
+          ++r.checked;
+        }
+        if (waiting) break;
+        if (a.kind != PipeAction::Kind::Communicate && a.micro_batch >= r.below) {
+          ++r.next;  // cut off by the stop
+          progress = true;
+          continue;
+        }
         if (a.kind != PipeAction::Kind::Communicate) {
           const bool backward = a.kind == PipeAction::Kind::Backward;
           const bool first = a.model_chunk == 0, last = a.model_chunk == chunks - 1;
@@ -93,8 +129,15 @@ PipeSimulation simulate_tables(const PipeShape& shape, const std::vector<std::ve
         }
         if (!r.posted) {
           r.group.clear();
-          for (const PipeTransfer& t : a.sends) r.group.push_back({t, true, false, 0.0});
-          for (const PipeTransfer& t : a.recvs) r.group.push_back({t, false, false, 0.0});
+          for (const PipeTransfer& t : a.sends)
+            if (t.micro_batch < r.below) r.group.push_back({t, true, false, 0.0});
+          for (const PipeTransfer& t : a.recvs)
+            if (t.micro_batch < r.below) r.group.push_back({t, false, false, 0.0});
+          if (r.group.empty()) {  // every transfer cut off by the stop
+            ++r.next;
+            progress = true;
+            continue;
+          }
           r.posted = true;
           progress = true;
         }
@@ -135,8 +178,46 @@ PipeSimulation simulate_tables(const PipeShape& shape, const std::vector<std::ve
     out.makespan = std::max(out.makespan, r.clock);
     out.busy.push_back(r.busy);
     out.max_in_flight.push_back(r.max_in_flight);
+    if (stopped_before) stopped_before->push_back(std::min(r.below, shape.micro_batches));
   }
   out.completed = true;
+  return out;
+}
+
+}  // namespace
+
+PipeSimulation simulate_tables(const PipeShape& shape, const std::vector<std::vector<PipeAction>>& tables,
+                               double forward_cost, double backward_cost) {
+  return simulate(shape, tables, forward_cost, backward_cost, VoteModel{}, nullptr);
+}
+
+int pipe_stop_vote_lag(const PipeShape& shape) { return shape.stages * shape.virtual_stages + 1; }
+
+int pipe_last_micro_batch(const PipeAction& action) {
+  if (action.kind != PipeAction::Kind::Communicate) return action.micro_batch;
+  int last = -1;
+  for (const PipeTransfer& t : action.sends) last = std::max(last, t.micro_batch);
+  for (const PipeTransfer& t : action.recvs) last = std::max(last, t.micro_batch);
+  return last;
+}
+
+PipeStopSimulation simulate_stop_vote(const PipeShape& shape, int stop_vote, double forward_cost,
+                                      double backward_cost) {
+  std::vector<std::vector<PipeAction>> tables;
+  for (int s = 0; s < shape.stages; ++s) tables.push_back(pipe_schedule(shape, s));
+  PipeStopSimulation out;
+  std::vector<int> below;
+  out.run = simulate(shape, tables, forward_cost, backward_cost, VoteModel{true, pipe_stop_vote_lag(shape), stop_vote},
+                     &below);
+  out.stopped_before = shape.micro_batches;
+  if (!out.run.completed) return out;
+  out.stopped_before = below.front();
+  for (int b : below) {
+    if (b != below.front()) {
+      out.run.completed = false;
+      out.run.problem = "the ranks stopped at different micro-batches";
+    }
+  }
   return out;
 }
 

@@ -95,6 +95,34 @@ TEST_CASE("every schedule table runs without deadlock, within its in-flight boun
   }
 }
 
+TEST_CASE("a stop voted part-way through a step stops every rank at one micro-batch, never deadlocks, never stalls") {
+  for (PipeSchedule kind : {PipeSchedule::GPipe, PipeSchedule::OneFOneB, PipeSchedule::Interleaved}) {
+    for (int p : {2, 3, 4}) {
+      for (int v : {1, 2}) {
+        if ((v == 2) != (kind == PipeSchedule::Interleaved)) continue;
+        for (int m : {p, 2 * p, 4 * p, 8 * p}) {
+          const PipeShape shape{kind, p, v, m};
+          INFO(pipe_schedule_name(kind) << " p=" << p << " v=" << v << " m=" << m);
+          // No stop: the votes cost the pipeline nothing (the same span as without them).
+          const PipeStopSimulation none = simulate_stop_vote(shape, -1);
+          INFO(none.run.problem);
+          REQUIRE(none.run.completed);
+          CHECK(none.stopped_before == m);
+          CHECK(none.run.makespan == Approx(simulate_pipeline(shape).makespan).epsilon(1e-12));
+          const int lag = pipe_stop_vote_lag(shape);
+          for (int vote = 0; vote < m; ++vote) {
+            INFO("stop voted at " << vote);
+            const PipeStopSimulation stop = simulate_stop_vote(shape, vote);
+            INFO(stop.run.problem);
+            REQUIRE(stop.run.completed);
+            CHECK(stop.stopped_before == std::min(vote + lag, m));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the simulator catches a deadlock and a compute before its input") {
   const PipeShape shape{PipeSchedule::OneFOneB, 2, 1, 2};
   std::vector<std::vector<PipeAction>> tables = {pipe_schedule(shape, 0), pipe_schedule(shape, 1)};
