@@ -1,6 +1,6 @@
-// Layernorm kernels. Forward and the input gradient use one warp per row with row statistics in
-// double (the rows are re-read from L1/L2 rather than held in registers, so any width works);
-// the parameter gradients are column sums through the shared two-pass reduction.
+// Layernorm forward kernels (the backward is in layernorm_backward.cu): one warp per row with row
+// statistics in double (the rows are re-read from L1/L2 rather than held in registers, so any
+// width works).
 #include "device_helpers.cuh"
 #include "layernorm.cuh"
 
@@ -68,51 +68,6 @@ __global__ void residual_layernorm_forward_kernel(T* residual, T* out, float* me
   layernorm_row(out + row * cols, mean, rstd, x, weight, bias, row, cols, lane, sum);
 }
 
-// dx = rstd · (dn − mean(dn) − n̂ · mean(dn · n̂)) with dn = dout · weight, accumulated into dinp.
-template <typename T>
-__global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
-                                      const float* rstd, int64_t rows, int64_t cols) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kLayerNormRowsPerBlock + threadIdx.x / 32;
-  if (row >= rows) return;
-  const T* x = inp + row * cols;
-  const T* g = dout + row * cols;
-  const double mu = mean[row], rs = rstd[row];
-  double dn_sum = 0.0, dn_dot = 0.0;
-  for (int64_t j = lane; j < cols; j += 32) {
-    const double normed = (to_float(x[j]) - mu) * rs;
-    const double dn = static_cast<double>(to_float(g[j])) * to_float(weight[j]);
-    dn_sum += dn;
-    dn_dot += dn * normed;
-  }
-  const double dn_mean = warp_sum(dn_sum) / static_cast<double>(cols);
-  const double dn_dot_mean = warp_sum(dn_dot) / static_cast<double>(cols);
-  T* dx = dinp + row * cols;
-  for (int64_t j = lane; j < cols; j += 32) {
-    const double normed = (to_float(x[j]) - mu) * rs;
-    const double dn = static_cast<double>(to_float(g[j])) * to_float(weight[j]);
-    const double d = (dn - dn_mean - normed * dn_dot_mean) * rs;
-    dx[j] = from_float<T>(static_cast<float>(to_float(dx[j]) + d));
-  }
-}
-
-// Column terms: output 0 is dweight (dout · n̂), output 1 is dbias (dout).
-template <typename T>
-struct LayerNormParamTerm {
-  static constexpr int kOutputs = 2;
-  const T* dout;
-  const T* inp;
-  const float* mean;
-  const float* rstd;
-  int64_t cols;
-  __device__ void operator()(int64_t row, int64_t col, double (&acc)[2]) const {
-    const double g = to_float(dout[row * cols + col]);
-    const double normed = (to_float(inp[row * cols + col]) - static_cast<double>(mean[row])) * rstd[row];
-    acc[0] += g * normed;
-    acc[1] += g;
-  }
-};
-
 }  // namespace
 
 cudaError_t layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
@@ -138,25 +93,6 @@ cudaError_t residual_layernorm_forward(void* residual, void* out, float* mean, f
         static_cast<T*>(residual), static_cast<T*>(out), mean, rstd, static_cast<const T*>(a),
         static_cast<const T*>(b), static_cast<const T*>(weight), static_cast<const T*>(bias), rows, cols);
     return cudaGetLastError();
-  });
-}
-
-cudaError_t layernorm_backward(void* dinp, void* dweight, ElemType dweight_type, void* dbias, ElemType dbias_type,
-                               const void* dout, const void* inp, const void* weight, const float* mean,
-                               const float* rstd, ElemType type, int64_t rows, int64_t cols, double* partials,
-                               cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0) return cudaSuccess;
-  return detail::dispatch_float(type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    layernorm_dinp_kernel<T><<<static_cast<unsigned>(layernorm_blocks(rows)), 32 * kLayerNormRowsPerBlock, 0,
-                               stream>>>(static_cast<T*>(dinp), static_cast<const T*>(dout),
-                                         static_cast<const T*>(inp), static_cast<const T*>(weight), mean, rstd, rows,
-                                         cols);
-    const cudaError_t rc = cudaGetLastError();
-    if (rc != cudaSuccess) return rc;
-    const LayerNormParamTerm<T> term{static_cast<const T*>(dout), static_cast<const T*>(inp), mean, rstd, cols};
-    return detail::launch_column_reduce(term, rows, cols, partials, dweight, dweight_type, dbias, dbias_type,
-                                        stream);
   });
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention.cuh"
+#include "kernel_selection.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -114,7 +115,9 @@ class Bench {
   Bench(cuda::CudaBackend& gpu, int iters, double bandwidth, double peak_flops)
       : gpu_(gpu), iters_(iters), bandwidth_(bandwidth), peak_flops_(peak_flops) {}
 
-  void run(const std::string& name, double bytes, double flops, const std::function<void()>& op) {
+  // in_total false: printed, left out of TOTAL (a kernel kept only to be timed against its successor).
+  void run(const std::string& name, double bytes, double flops, const std::function<void()>& op,
+           bool in_total = true) {
     for (int i = 0; i < 3; ++i) op();
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
@@ -129,7 +132,7 @@ class Bench {
     CUDA_CHECK(cudaEventDestroy(stop));
     const double ms = total_ms / iters_;
     const double floor_ms = std::max(bytes / bandwidth_, flops / peak_flops_) * 1e3;
-    rows_.push_back({name, ms, bytes, flops, floor_ms});
+    if (in_total) rows_.push_back({name, ms, bytes, flops, floor_ms});
     std::printf("%-58s %10.1f us %8.0f GB/s %8.1f TFLOP/s  floor %9.1f us  %5.1f%%\n", name.c_str(), ms * 1e3,
                 bytes / ms / 1e6, flops / ms / 1e9, floor_ms * 1e3, 100.0 * floor_ms / ms);
     std::fflush(stdout);
@@ -251,6 +254,24 @@ int main(int argc, char** argv) {
               [&] { gpu.layernorm_forward(y, mean, rstd, x, ln_w, ln_b); });
     bench.run("layernorm_backward", es * 4 * nc + 8.0 * N, 0,
               [&] { gpu.layernorm_backward(x2, dln_w, dln_b, y, x, ln_w, mean, rstd); });
+    // The one-pass backward beside the kernel it replaces (kernel_selection.cuh), at 32768 rows
+    // whatever the batch: read inp, dout and dinp, write dinp, plus mean/rstd and the parameters.
+    // Left out of TOTAL, which holds the row above (the kernel STRATA_KERNELS picks) at this batch.
+    {
+      const int64_t LN = 32768;
+      const double ln_nc = static_cast<double>(LN * C);
+      const Tensor ln_x = pool.make(dt, {LN, C}), ln_dout = pool.make(dt, {LN, C}), ln_dx = pool.make(dt, {LN, C});
+      const Tensor ln_mean = pool.make(DType::F32, {LN}), ln_rstd = pool.make(DType::F32, {LN}, 0.1f);
+      const double ln_bytes = es * 4 * ln_nc + 8.0 * LN + es * C + 16.0 * C;
+      const std::string shape = " (" + std::to_string(LN) + "x" + std::to_string(C) + " " + dtype_name(dt) + ")";
+      for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
+        cuda::override_kernel_set(set);
+        const bool is_new = set == cuda::KernelSet::New;
+        bench.run("layernorm_backward" + shape + (is_new ? " [one pass]" : " [previous]"), ln_bytes, 0,
+                  [&] { gpu.layernorm_backward(ln_dx, dln_w, dln_b, ln_dout, ln_x, ln_w, ln_mean, ln_rstd); }, false);
+      }
+      cuda::clear_kernel_set_override();
+    }
     bench.run("gelu_forward (N,4C)", es * 8 * nc, 0, [&] { gpu.gelu_forward(h, h_pre); });
     bench.run("gelu_backward (N,4C)", es * 12 * nc, 0, [&] { gpu.gelu_backward(dh, dh, h_pre); });
     bench.run("add residual (N,C)", es * 3 * nc, 0, [&] { gpu.add(y, y, x); });

@@ -1,10 +1,16 @@
 // GPU layer ops against the CPU backend on fresh random inputs: matmul (all transpose, bias and
 // accumulate variants, fp32 without TF32 and bf16, misaligned operands), the GELU epilogue, bias
-// and layernorm gradients, embeddings and the fused cross-entropy, with determinism checks for
-// backwards.
+// and layernorm gradients (the layernorm backward under both kernel sets), embeddings and the
+// fused cross-entropy, with determinism checks for backwards.
 #include "catch_compat.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
 #include "gpu_test_util.h"
+#include "kernel_selection.cuh"
+#include "layernorm.cuh"
 
 using namespace strata;
 using namespace strata::gpu_test;
@@ -28,6 +34,58 @@ void check_gelu_of(const Mirrored& out, const Mirrored& pre, double max_ulps, co
 // fp32 weight and bias gradients: exact products of 16-bit operands summed in fp32 in another
 // order (1e-4, as for the bf16 × bf16 → fp32 GEMM above), or fp32 operands (1e-5).
 double gradient_tolerance(DType operands) { return operands == DType::F32 ? 1e-5 : 1e-4; }
+
+// Selects a kernel set (kernel_selection.cuh) for its lifetime, then hands the choice back to
+// STRATA_KERNELS, so one process checks the new and the previous kernel alike.
+class KernelSetOverride {
+ public:
+  explicit KernelSetOverride(cuda::KernelSet set) { cuda::override_kernel_set(set); }
+  ~KernelSetOverride() { cuda::clear_kernel_set_override(); }
+  KernelSetOverride(const KernelSetOverride&) = delete;
+  KernelSetOverride& operator=(const KernelSetOverride&) = delete;
+};
+
+// The backward from the CPU's statistics on both sides (so only the backward is compared) with
+// `set` selected, into dinp of `dtype` and dweight/dbias of `grads`; then the same backward from
+// the same starting gradients must give the same bits.
+void check_layernorm_backward(int64_t n, int64_t c, DType dtype, DType grads, cuda::KernelSet set, uint64_t seed) {
+  const KernelSetOverride selected(set);
+  Mirrored inp({n, c}, dtype), w({c}, dtype), b({c}, dtype), out({n, c}, dtype);
+  Mirrored mean({n}, DType::F32), rstd({n}, DType::F32);
+  Mirrored dout({n, c}, dtype), dinp({n, c}, dtype), dw({c}, grads), db({c}, grads);
+  inp.randomize(seed, 3.0f);
+  w.randomize(seed + 1);
+  b.randomize(seed + 2);
+  dout.randomize(seed + 3);
+  dinp.randomize(seed + 4);
+  dw.randomize(seed + 5);
+  db.randomize(seed + 6);
+  const std::string what = std::string(set == cuda::KernelSet::New ? "new" : "previous") + " kernel, " +
+                           dtype_name(dtype) + " N=" + std::to_string(n) + " C=" + std::to_string(c) +
+                           ", gradients " + dtype_name(grads);
+  cpu().layernorm_forward(out.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor, inp.cpu_tensor, w.cpu_tensor, b.cpu_tensor);
+  mean.sync_to_gpu();
+  rstd.sync_to_gpu();
+  const auto dinp0 = dinp.cpu_values(), dw0 = dw.cpu_values(), db0 = db.cpu_values();
+  cpu().layernorm_backward(dinp.cpu_tensor, dw.cpu_tensor, db.cpu_tensor, dout.cpu_tensor, inp.cpu_tensor,
+                           w.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor);
+  gpu().layernorm_backward(dinp.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
+                           w.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor);
+  check_output(dinp.gpu_values(), dinp.cpu_values(), dtype, kRoundedOnceUlps, "layernorm dinp " + what);
+  // Both add column sums of the same terms to the same starting values and round once.
+  check_output(dw.gpu_values(), dw.cpu_values(), grads, kRoundedOnceUlps, "layernorm dweight " + what);
+  check_output(db.gpu_values(), db.cpu_values(), grads, kRoundedOnceUlps, "layernorm dbias " + what);
+  const auto dinp1 = dinp.gpu_bytes(), dw1 = dw.gpu_bytes(), db1 = db.gpu_bytes();
+  dinp.set(dinp0);
+  dw.set(dw0);
+  db.set(db0);
+  gpu().layernorm_backward(dinp.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
+                           w.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor);
+  INFO("repeat of " << what);
+  CHECK(dinp.gpu_bytes() == dinp1);
+  CHECK(dw.gpu_bytes() == dw1);
+  CHECK(db.gpu_bytes() == db1);
+}
 
 }  // namespace
 
@@ -134,43 +192,81 @@ TEST_CASE("gpu: layernorm forward and backward match the CPU and repeat bit for 
       const int64_t n = 1031;
       Mirrored inp({n, c}, dtype), w({c}, dtype), b({c}, dtype), out({n, c}, dtype);
       Mirrored mean({n}, DType::F32), rstd({n}, DType::F32);
-      Mirrored dout({n, c}, dtype), dinp({n, c}, dtype), dw({c}, DType::F32), db({c}, DType::F32);
       inp.randomize(61, 3.0f);
       w.randomize(62);
       b.randomize(63);
-      dout.randomize(64);
-      dinp.randomize(65);
-      dw.randomize(66);
-      db.randomize(67);
       const std::string what = std::string(dtype_name(dtype)) + " C=" + std::to_string(c);
       cpu().layernorm_forward(out.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor, inp.cpu_tensor, w.cpu_tensor, b.cpu_tensor);
       gpu().layernorm_forward(out.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor, inp.gpu_tensor, w.gpu_tensor, b.gpu_tensor);
       check_output(out.gpu_values(), out.cpu_values(), dtype, kRoundedOnceUlps, "layernorm out " + what);
       check_relative(mean.gpu_values(), mean.cpu_values(), 1e-5, "layernorm mean " + what);
       check_relative(rstd.gpu_values(), rstd.cpu_values(), 1e-5, "layernorm rstd " + what);
-      // Backward from the CPU's statistics on both sides, so only the backward is compared.
-      mean.sync_to_gpu();
-      rstd.sync_to_gpu();
-      const auto dinp0 = dinp.cpu_values(), dw0 = dw.cpu_values(), db0 = db.cpu_values();
-      cpu().layernorm_backward(dinp.cpu_tensor, dw.cpu_tensor, db.cpu_tensor, dout.cpu_tensor, inp.cpu_tensor,
-                               w.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor);
-      gpu().layernorm_backward(dinp.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
-                               w.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor);
-      check_output(dinp.gpu_values(), dinp.cpu_values(), dtype, kRoundedOnceUlps, "layernorm dinp " + what);
-      check_relative(dw.gpu_values(), dw.cpu_values(), 1e-5, "layernorm dweight " + what);
-      check_relative(db.gpu_values(), db.cpu_values(), 1e-5, "layernorm dbias " + what);
-      // The same backward from the same starting gradients gives the same bits.
-      const auto dinp1 = dinp.gpu_bytes(), dw1 = dw.gpu_bytes(), db1 = db.gpu_bytes();
-      dinp.set(dinp0);
-      dw.set(dw0);
-      db.set(db0);
-      gpu().layernorm_backward(dinp.gpu_tensor, dw.gpu_tensor, db.gpu_tensor, dout.gpu_tensor, inp.gpu_tensor,
-                               w.gpu_tensor, mean.gpu_tensor, rstd.gpu_tensor);
-      CHECK(dinp.gpu_bytes() == dinp1);
-      CHECK(dw.gpu_bytes() == dw1);
-      CHECK(db.gpu_bytes() == db1);
+      for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
+        check_layernorm_backward(n, c, dtype, DType::F32, set, 64);
+      }
     }
   }
+  // Without an override the backend follows STRATA_KERNELS (ctest runs this under both values).
+  const char* env = std::getenv("STRATA_KERNELS");
+  CHECK(cuda::use_previous_kernels() == (env != nullptr && std::string(env) == "previous"));
+}
+
+TEST_CASE("gpu: layernorm backward on partial vectors, strided rows and every type, under both kernels") {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // 771 and 100 columns: no whole 16-byte vectors per row (the scalar path); 768: 8-wide bf16
+  // and fp16, 4-wide fp32 vectors. 4100 rows: more than the 2048 warps of the fixed grid, so
+  // warps stride over several rows each. 1 row: a single warp of a single block.
+  const Shape shapes[] = {{1, 768}, {1, 771}, {37, 768}, {1031, 771}, {4100, 100}, {4100, 768}};
+  for (const Shape s : shapes) {
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+      for (DType grads : {DType::F32, dtype}) {
+        for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
+          check_layernorm_backward(s.rows, s.cols, dtype, grads, set, 300 + static_cast<uint64_t>(s.cols));
+        }
+        if (dtype == DType::F32) break;  // the activation type is fp32 already
+      }
+    }
+  }
+}
+
+TEST_CASE("gpu: layernorm backward's parameter-gradient check would catch a dropped block partial") {
+  // The one-pass kernel adds per-block partials; a kernel that lost one block's partial would
+  // give the column sums without that block's rows. On the host: the reference without the rows
+  // of one block (block 0 of the fixed grid: rows 0, ..., warps − 1 and every stride after)
+  // differs from the full reference by far more than the 1e-5 the tests allow.
+  const int64_t n = 4100, c = 768;
+  const cuda::LayerNormBackwardShape shape = cuda::layernorm_backward_shape(n, c);
+  REQUIRE(shape.warps > 0);
+  REQUIRE(shape.blocks * shape.warps < n);  // warps stride over rows
+  Mirrored inp({n, c}, DType::F32), w({c}, DType::F32), dout({n, c}, DType::F32), dinp({n, c}, DType::F32);
+  Mirrored mean({n}, DType::F32), rstd({n}, DType::F32), out({n, c}, DType::F32), b({c}, DType::F32);
+  Mirrored dw({c}, DType::F32), db({c}, DType::F32), dw_drop({c}, DType::F32), db_drop({c}, DType::F32);
+  inp.randomize(81, 3.0f);
+  w.randomize(82);
+  b.randomize(83);
+  dout.randomize(84);
+  cpu().layernorm_forward(out.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor, inp.cpu_tensor, w.cpu_tensor, b.cpu_tensor);
+  cpu().layernorm_backward(dinp.cpu_tensor, dw.cpu_tensor, db.cpu_tensor, dout.cpu_tensor, inp.cpu_tensor,
+                           w.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor);
+  std::vector<float> dropped = dout.cpu_values();
+  const int64_t stride = shape.blocks * shape.warps;
+  for (int64_t first = 0; first < shape.warps; ++first)
+    for (int64_t row = first; row < n; row += stride)
+      std::fill_n(dropped.begin() + row * c, c, 0.0f);
+  dout.set(dropped);
+  cpu().layernorm_backward(dinp.cpu_tensor, dw_drop.cpu_tensor, db_drop.cpu_tensor, dout.cpu_tensor, inp.cpu_tensor,
+                           w.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor);
+  const auto worst = [](const std::vector<float>& a, const std::vector<float>& e) {
+    double mean_abs = 0.0, most = 0.0;
+    for (float v : e) mean_abs += std::abs(static_cast<double>(v)) / static_cast<double>(e.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      most = std::max(most, std::abs(static_cast<double>(a[i]) - e[i]) / std::max<double>(std::abs(e[i]), mean_abs));
+    return most;
+  };
+  CHECK(worst(dw_drop.cpu_values(), dw.cpu_values()) > 100 * 1e-5);
+  CHECK(worst(db_drop.cpu_values(), db.cpu_values()) > 100 * 1e-5);
 }
 
 TEST_CASE("gpu: embedding forward and backward are exact in fp32, with repeated tokens") {
