@@ -59,21 +59,28 @@ expect_contains "$OUT" "data.train: rank 1 finds"
 expect_contains "$OUT" "every rank must read the same data"
 rm -rf "$WORK/a/data" "$WORK/b/data" && cp -r "$WORK/data" "$WORK/b/data"
 
-# 3. Each rank has its own checkpoint.dir: the save cannot complete on rank 1.
+# 3. Each rank has its own checkpoint.dir: rank 0 creates it at start-up and rank 1 cannot see it,
+# so the run ends before its first step (not at its first save).
 cp -r "$WORK/data" "$WORK/a/data"
 sed 's|^train: .*|train: {iters: 4, seed: 3}\ncheckpoint: {dir: ckpt}|' "$WORK/rel.yaml" > "$WORK/ckpt.yaml"
+mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml"
+expect_contains "$OUT" "checking checkpoint.dir: failed on rank 1 of 2 only"
+expect_contains "$OUT" "checkpoint.dir ckpt: does not exist (is it on a file system every rank shares?)"
+! grep -q "step 1/" <<<"$OUT" || fail "trained before the checkpoint.dir check"
+# ... and when rank 1 has a folder of its own, the save cannot complete there.
+rm -rf "$WORK/a/ckpt" && mkdir -p "$WORK/b/ckpt"
 mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml"
 expect_contains "$OUT" "failed on rank 1: it wrote nothing"
 
 # 4. ... and with a checkpoint on rank 0's node only, the ranks would resume from different
 # states (rank 0 at step 4, rank 1 from fresh weights).
 run_expect 0 timeout 60 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 -wdir "$WORK/a" "$STRATA" train --config "$WORK/ckpt.yaml"
-rm -rf "$WORK/b/ckpt"
+rm -rf "$WORK/b/ckpt" && mkdir -p "$WORK/b/ckpt"
 mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
 expect_contains "$OUT" "the ranks found different checkpoints: rank 0 would start from a checkpoint at step 4, rank 1 from fresh weights"
 
 # 5. A damaged checkpoint on rank 1's node only (resume: auto then finds no sound checkpoint).
-cp -r "$WORK/a/ckpt" "$WORK/b/ckpt"
+rm -rf "$WORK/b/ckpt" && cp -r "$WORK/a/ckpt" "$WORK/b/ckpt"
 echo '{}' > "$WORK/b/ckpt/step_00000004/manifest.json"
 mixed "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/ckpt.yaml" --set train.iters=6
 expect_contains "$OUT" "resuming from ckpt/step_00000004: failed on rank 1 of 2 only"
