@@ -16,6 +16,17 @@ class EmulationError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The message of the EmulationError `run` raises, or "" when it raises none (for probes of rules).
+template <typename Run>
+std::string error_message_of(Run run) {
+  try {
+    run();
+  } catch (const EmulationError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 enum class HalfType { BF16, F16 };
 // kernels/attention.cuh's AttentionBf16Operands: bf16 probabilities and dS enter the MMAs as
 // hi + lo pairs (Split, what training uses) or rounded once (Rounded, head_dim 64 only).

@@ -41,16 +41,6 @@ __global__ void neighbour_read_kernel(const float* source, int* saw_poison, bool
   saw_poison[t] = std::isnan(neighbour) ? 1 : 0;
 }
 
-template <typename Run>
-std::string error_message_of(Run run) {
-  try {
-    run();
-  } catch (const EmulationError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 std::string probe_skipped_block_barrier() {

@@ -158,16 +158,6 @@ __global__ void zfill_overrun_kernel(const uint16_t* src) {
   ptx::cp_async_wait<0>();
 }
 
-template <typename Run>
-std::string error_message_of(Run run) {
-  try {
-    run();
-  } catch (const EmulationError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // 16-byte aligned copies of the host arrays: cp.async needs aligned global sources.
 struct alignas(16) Vector16 {
   uint16_t v[8];
