@@ -1,7 +1,8 @@
-// Log sink: lines go to a queue that one writer thread empties into stdout (info) and stderr
-// (warnings, errors), one write per line, in the order they were logged. The training thread never
-// waits on its output being read: when nobody reads (mpirun busy ending the job, a closed terminal,
-// a pipe to a stalled reader), lines wait here up to a bound and are then dropped and counted.
+// Log sink: info lines go to stdout, warnings and errors to stderr, each stream through its own
+// queue and writer thread, one write per line, in the order they were logged. The training thread
+// never waits on its output being read: when nobody reads (mpirun busy ending the job, a closed
+// terminal, a pipe to a stalled reader), lines wait here up to a bound and are then dropped and
+// counted. A stdout nobody reads never holds back an error: the streams do not share a writer.
 #include "core/log.h"
 
 #include <pthread.h>
@@ -23,89 +24,110 @@ namespace {
 
 LogLevel g_min_level = LogLevel::Info;
 
-// Queued output beyond this is dropped (counted, and reported once output flows again).
+// Queued output of one stream beyond this is dropped (counted, and reported once output flows
+// again).
 constexpr size_t kMaxQueuedBytes = size_t{8} << 20;
 
-struct Line {
-  int fd;
-  std::string text;
-};
-
-// Created once and never destroyed: the writer may sit in write() on a pipe nobody reads when
-// the process exits, and a destroyed queue (or a joinable std::thread) would crash that exit.
-struct Sink {
+// One output stream. Created once and never destroyed: the writer may sit in write() on a pipe
+// nobody reads when the process exits, and a destroyed queue (or a joinable std::thread) would
+// crash that exit.
+struct Stream {
+  explicit Stream(int fd_) : fd(fd_) {}
+  const int fd;
   std::mutex mutex;
   std::condition_variable queued, progressed;
-  std::deque<Line> lines;
+  std::deque<std::string> lines;
   size_t queued_bytes = 0;
   size_t dropped = 0;
   bool writing = false;
   bool thread_started = false;
-  bool broken[3] = {false, false, false};  // per fd: a write failed (EPIPE, EIO): output goes nowhere
+  bool broken = false;  // a write failed (EPIPE, EIO): output goes nowhere
   uint64_t written_lines = 0;
 };
 
-Sink* g_sink = nullptr;
+Stream* g_out = nullptr;
+Stream* g_err = nullptr;
 
-void write_line(Sink& s, const Line& line) {
-  const char* p = line.text.data();
-  size_t left = line.text.size();
+// False when the stream is broken.
+bool write_line(int fd, const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
   while (left > 0) {
-    const ssize_t n = ::write(line.fd, p, left);
+    const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      s.broken[line.fd] = true;
-      return;
-    }
+    if (n <= 0) return false;
     p += n;
     left -= static_cast<size_t>(n);
   }
+  return true;
 }
 
-void writer_loop(Sink* s) {
+void writer_loop(Stream* s) {
   std::unique_lock<std::mutex> lock(s->mutex);
   for (;;) {
     s->queued.wait(lock, [&] { return !s->lines.empty(); });
-    Line line = std::move(s->lines.front());
+    std::string line = std::move(s->lines.front());
     s->lines.pop_front();
-    s->queued_bytes -= line.text.size();
+    s->queued_bytes -= line.size();
     s->writing = true;
-    const bool broken = s->broken[line.fd];
+    const bool broken = s->broken;
     lock.unlock();
-    if (!broken) write_line(*s, line);
+    const bool written = broken || write_line(s->fd, line);
     lock.lock();
+    if (!written) s->broken = true;
     s->writing = false;
     ++s->written_lines;
     s->progressed.notify_all();
   }
 }
 
-void start_writer(Sink& s) {
-  s.thread_started = true;
-  std::thread(writer_loop, &s).detach();
+// Queues one line; the caller holds s.mutex.
+void enqueue(Stream& s, std::string line) {
+  if (!s.thread_started) {
+    s.thread_started = true;
+    std::thread(writer_loop, &s).detach();
+  }
+  s.queued_bytes += line.size();
+  s.lines.push_back(std::move(line));
+  s.queued.notify_one();
 }
 
-// fork(): the child has no writer thread and may inherit a locked mutex; it starts afresh (with
+// fork(): the child has no writer threads and may inherit a locked mutex; it starts afresh (with
 // the lines not yet written dropped: the parent writes them).
 void before_fork() {
-  if (g_sink) g_sink->mutex.lock();
+  if (g_out) g_out->mutex.lock();
+  if (g_err) g_err->mutex.lock();
 }
 void after_fork_in_parent() {
-  if (g_sink) g_sink->mutex.unlock();
+  if (g_err) g_err->mutex.unlock();
+  if (g_out) g_out->mutex.unlock();
 }
 void after_fork_in_child() {
-  if (g_sink) g_sink = new Sink();
+  if (g_out) g_out = new Stream(STDOUT_FILENO);
+  if (g_err) g_err = new Stream(STDERR_FILENO);
 }
 
-Sink& sink() {
+void create_streams() {
   static std::once_flag once;
   std::call_once(once, [] {
-    g_sink = new Sink();
+    g_out = new Stream(STDOUT_FILENO);
+    g_err = new Stream(STDERR_FILENO);
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
     std::atexit([] { log_flush(5.0); });
   });
-  return *g_sink;
+}
+
+// Waits until the stream has written what it holds, or until no line was written for `stall`.
+bool flush_stream(Stream* s, std::chrono::duration<double> stall) {
+  if (s == nullptr) return true;
+  std::unique_lock<std::mutex> lock(s->mutex);
+  if (!s->thread_started) return s->lines.empty();
+  while (!s->lines.empty() || s->writing) {
+    const uint64_t before = s->written_lines;
+    s->progressed.wait_for(lock, stall, [&] { return s->written_lines != before; });
+    if (s->written_lines == before) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -131,39 +153,26 @@ void log_message(LogLevel level, const std::string& text) {
       break;
   }
   line += '\n';
-  const int fd = level >= LogLevel::Warn ? STDERR_FILENO : STDOUT_FILENO;
-  Sink& s = sink();
+  create_streams();
+  Stream& s = level >= LogLevel::Warn ? *g_err : *g_out;
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.thread_started) start_writer(s);
   if (s.queued_bytes + line.size() > kMaxQueuedBytes) {
     ++s.dropped;
     return;
   }
   if (s.dropped > 0 && s.queued_bytes < kMaxQueuedBytes / 2) {
-    std::string note = fmt::format("[rank {}] warning: {} log line(s) dropped: the output was not read\n",
-                                   std::max(rank, 0), s.dropped);
-    s.queued_bytes += note.size();
-    s.lines.push_back({STDERR_FILENO, std::move(note)});
+    enqueue(s, fmt::format("[rank {}] warning: {} log line(s) dropped: the output was not read\n", std::max(rank, 0),
+                           s.dropped));
     s.dropped = 0;
   }
-  s.queued_bytes += line.size();
-  s.lines.push_back({fd, std::move(line)});
-  s.queued.notify_one();
+  enqueue(s, std::move(line));
 }
 
 bool log_flush(double max_stall_seconds) {
-  if (!g_sink) return true;
-  Sink& s = *g_sink;
-  std::unique_lock<std::mutex> lock(s.mutex);
-  if (!s.thread_started) return s.lines.empty();
-  // Waits while lines are written; gives up when none was for max_stall_seconds (nobody reads).
+  // stderr first: the error that explains an abort matters more than the progress before it.
   const auto stall = std::chrono::duration<double>(max_stall_seconds);
-  while (!s.lines.empty() || s.writing) {
-    const uint64_t before = s.written_lines;
-    s.progressed.wait_for(lock, stall, [&] { return s.written_lines != before; });
-    if (s.written_lines == before) return false;
-  }
-  return true;
+  const bool errors_written = flush_stream(g_err, stall);
+  return flush_stream(g_out, stall) && errors_written;
 }
 
 }  // namespace strata

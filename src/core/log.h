@@ -1,6 +1,6 @@
 // Rank-aware logging on fmt: info and debug print on rank 0 only; warnings and errors
 // print on every rank with a "[rank r]" prefix so multi-rank failures are attributable.
-// Logging never blocks on the output being read: a writer thread writes the lines.
+// Logging never blocks on the output being read: a writer thread per stream writes the lines.
 #pragma once
 #include <fmt/core.h>
 

@@ -71,3 +71,37 @@ TEST_CASE("lines that are read arrive whole and in order") {
   for (int i = 0; i < 1000; ++i) expected += "line " + std::to_string(i) + "\n";
   CHECK(text == expected);
 }
+
+TEST_CASE("an error reaches stderr while nobody reads stdout") {
+  int out[2], err[2];
+  REQUIRE(pipe(out) == 0);
+  REQUIRE(pipe(err) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(out[0]);
+    close(err[0]);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    alarm(30);
+    // Progress lines fill stdout's pipe and its queue; the error that follows must not wait
+    // behind them.
+    const std::string line(1000, 'x');
+    for (int i = 0; i < 2000; ++i) log_info("{} {}", i, line);
+    log_error("the reason this process ends");
+    const bool all_written = log_flush(0.5);
+    _exit(all_written ? 1 : 0);  // stdout cannot have drained
+  }
+  close(out[1]);
+  close(err[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = read(err[0], buffer, sizeof(buffer))) > 0;) text.append(buffer, static_cast<size_t>(n));
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  close(out[0]);
+  close(err[0]);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(text == "error: the reason this process ends\n");
+}
