@@ -1,9 +1,9 @@
 // Launchers for causal flash attention forward and backward over qkv (B, T, 3C) laid out
 // [q | k | v] with heads of head_dim contiguous elements. No T×T matrix is stored: the forward
-// saves lse (B, NH, T) and the backward recomputes probabilities tile by tile. Two kernel
-// families sit behind the launchers: tensor-core (WMMA) kernels for bf16/fp16 at head_dim 64
-// and 128, and fp32 CUDA-core kernels for everything else; this header holds the host-side
-// shape arithmetic of both.
+// saves lse (B, NH, T) and the backward recomputes probabilities tile by tile. Kernel families
+// behind the launchers: tensor-core kernels for bf16/fp16 at head_dim 64 and 128 (mma.sync,
+// attention_mma.cuh; the WMMA kernels they replace while STRATA_KERNELS=previous), and fp32
+// CUDA-core kernels for everything else; this header holds the host-side shape arithmetic.
 #pragma once
 #include <cstdint>
 

@@ -8,7 +8,9 @@
 
 #include "attention.cuh"
 #include "attention_tiles.cuh"
+#include "attention_mma.cuh"
 #include "attention_wmma.cuh"
+#include "kernel_selection.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -240,9 +242,12 @@ cudaError_t attention_backward(void* dqkv, const void* dout, const void* qkv, co
     const auto* y = static_cast<const T*>(out);
     const cudaError_t rc = launch_row_dot<T>(workspace, g, y, batch, seq, heads, head_dim, stream);
     if (rc != cudaSuccess) return rc;
-    if (tensor_cores)
+    if (tensor_cores && use_previous_kernels())
       return detail::attention_backward_wmma(dqkv, dout, qkv, lse, workspace, type, batch, seq, heads, head_dim,
                                              bf16_operands, stream);
+    if (tensor_cores)
+      return detail::attention_backward_mma(dqkv, dout, qkv, lse, workspace, type, batch, seq, heads, head_dim,
+                                            bf16_operands, stream);
     if (attention_dim_class(head_dim) == 64)
       return launch_backward<T, 64>(dst, g, x, lse, batch, seq, heads, head_dim, workspace, stream);
     return launch_backward<T, 128>(dst, g, x, lse, batch, seq, heads, head_dim, workspace, stream);

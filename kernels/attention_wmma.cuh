@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "attention.cuh"
+#include "attention_variants.cuh"
 #include "device_helpers.cuh"
 
 namespace strata::cuda::detail {
@@ -26,35 +27,7 @@ cudaError_t attention_backward_wmma(void* dqkv, const void* dout, const void* qk
                                     const float* delta, ElemType type, int64_t batch, int64_t seq, int64_t heads,
                                     int64_t head_dim, AttentionBf16Operands bf16_operands, cudaStream_t stream);
 
-// One tensor-core kernel family: element type, head dim, and whether bf16 operands are split.
-template <typename T, int kHeadDimValue, bool kSplitValue>
-struct WmmaVariant {
-  using type = T;
-  static constexpr int kHeadDim = kHeadDimValue;
-  static constexpr bool kSplit = kSplitValue;
-};
-
-// Calls launch(WmmaVariant<…>{}) for the family the arguments select: bf16 split (head_dim 64
-// or 128), bf16 rounded once (head_dim 64 only: another is an invalid value), or fp16, never
-// split.
-template <typename Launch>
-cudaError_t dispatch_wmma(ElemType type, int64_t head_dim, AttentionBf16Operands bf16_operands, const Launch& launch) {
-  if (type == ElemType::BF16) {
-    if (bf16_operands == AttentionBf16Operands::Rounded) {
-      if (head_dim != 64) return cudaErrorInvalidValue;
-      return launch(WmmaVariant<__nv_bfloat16, 64, false>{});
-    }
-    if (head_dim == 64) return launch(WmmaVariant<__nv_bfloat16, 64, true>{});
-    return launch(WmmaVariant<__nv_bfloat16, 128, true>{});
-  }
-  if (head_dim == 64) return launch(WmmaVariant<__half, 64, false>{});
-  return launch(WmmaVariant<__half, 128, false>{});
-}
-
 namespace wmma = nvcuda::wmma;
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 template <typename T>
 using RowOperand = wmma::fragment<wmma::matrix_a, kWmmaFragment, kWmmaFragment, kWmmaFragment, T, wmma::row_major>;

@@ -377,7 +377,7 @@ cudaError_t attention_backward_wmma(void* dqkv, const void* dout, const void* qk
   const bool aligned = aligned16(dqkv) && aligned16(dout) && aligned16(qkv);
   if (!attention_uses_tensor_cores(type, head_dim, aligned)) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
-  return dispatch_wmma(type, head_dim, bf16_operands, [&](auto variant) {
+  return dispatch_tensor_core_variant(type, head_dim, bf16_operands, [&](auto variant) {
     using V = decltype(variant);
     return launch_backward<typename V::type, V::kHeadDim, V::kSplit>(dqkv, dout, qkv, lse, delta, batch, seq, heads,
                                                                      stream);

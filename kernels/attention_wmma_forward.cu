@@ -180,7 +180,7 @@ cudaError_t attention_forward_wmma(void* out, float* lse, const void* qkv, ElemT
                                    cudaStream_t stream) {
   if (!attention_uses_tensor_cores(type, head_dim, aligned16(out) && aligned16(qkv))) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
-  return dispatch_wmma(type, head_dim, bf16_operands, [&](auto variant) {
+  return dispatch_tensor_core_variant(type, head_dim, bf16_operands, [&](auto variant) {
     using V = decltype(variant);
     return launch_forward<typename V::type, V::kHeadDim, V::kSplit>(out, lse, qkv, batch, seq, heads, stream);
   });

@@ -2,9 +2,10 @@
 # End-to-end GPU benchmark: trains GPT-2 124M and 1558M (T = 1024, bf16) with strata and with a
 # PyTorch GPT-2 of the same shape (torch.compile, SDPA flash attention, fused AdamW, bf16
 # autocast, clipping 1.0) on the same batch, then prints tokens/s, MFU (989 TFLOP/s), peak
-# allocator memory and the strata/PyTorch ratio, followed by strata's per-kernel table
-# (bench_kernels at the 124M shape). Both train on random tokens; strata reads them from a
-# token shard written here. Logs and JSON records go to OUTDIR.
+# allocator memory and the strata/PyTorch ratio, followed, for each model's shape, by strata's
+# per-kernel table (bench_kernels: new and previous kernels side by side) and PyTorch SDPA's
+# attention forward and backward at the same shape. Both train on random tokens; strata reads
+# them from a token shard written here. Logs and JSON records go to OUTDIR.
 #
 # Usage: scripts/bench_gpt2.sh OUTDIR
 # Environment:
@@ -115,17 +116,31 @@ PY
 )")
 done
 
-kernels_log="$out/bench_kernels_bf16.log"
-if [ -x "$build/tests/gpu/bench_kernels" ]; then
-  "$build/tests/gpu/bench_kernels" --batch "${batch[124m]}" --seq 1024 --dtype bf16 >"$kernels_log" 2>&1 ||
-    echo "bench_kernels failed; see $kernels_log"
-fi
+# Per model of the run: bench_kernels at its shape (one micro-batch), and PyTorch's flash
+# attention (SDPA) at the same attention shape in the same run, beside strata's rows.
+kernel_models=()
+for model in ${BENCH_MODELS:-124m 1558m}; do
+  [ -x "$build/tests/gpu/bench_kernels" ] || break
+  kernel_models+=("$model")
+  "$build/tests/gpu/bench_kernels" --batch "${batch[$model]}" --seq 1024 --channels "${width[$model]}" \
+    --heads "${heads[$model]}" --dtype bf16 >"$out/bench_kernels_$model.log" 2>&1 ||
+    echo "bench_kernels failed; see $out/bench_kernels_$model.log"
+  if [ "$have_torch" -eq 1 ]; then
+    "${python_env[@]}" "$python" "$root/scripts/bench_pytorch_sdpa.py" --batch "${batch[$model]}" \
+      --heads "${heads[$model]}" --seq 1024 --head-dim "$((${width[$model]} / ${heads[$model]}))" \
+      >"$out/bench_pytorch_sdpa_$model.log" 2>&1 || echo "bench_pytorch_sdpa failed; see $out/bench_pytorch_sdpa_$model.log"
+  fi
+done
 
 echo
 echo "strata vs PyTorch, one GPU, T = 1024, bf16 ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1))"
 for row in "${rows[@]}"; do echo "$row"; done
-if [ -f "$kernels_log" ]; then
+for model in "${kernel_models[@]}"; do
   echo
-  echo "strata per-kernel times at GPT-2 124M, batch ${batch[124m]} (bench_kernels; floor = bytes at the measured copy bandwidth or FLOPs at 989 TFLOP/s):"
-  grep -E '^op | us |^TOTAL|^memory' "$kernels_log"
-fi
+  echo "strata per-kernel times at GPT-2 $model's shape, batch ${batch[$model]} (bench_kernels; floor = bytes at the measured copy bandwidth or FLOPs at 989 TFLOP/s):"
+  grep -E '^op | us |^TOTAL|^memory' "$out/bench_kernels_$model.log"
+  if [ -f "$out/bench_pytorch_sdpa_$model.log" ]; then
+    echo "PyTorch SDPA (flash) at the same attention shape:"
+    grep -E ' us ' "$out/bench_pytorch_sdpa_$model.log" || tail -n 3 "$out/bench_pytorch_sdpa_$model.log"
+  fi
+done

@@ -1,17 +1,32 @@
-// Entry point of the mutant forward kernel (emu_attention.h): kernels/attention_wmma_forward.cu
-// transformed with --mutant into namespace strata::cuda_emulated_mutant, which lacks the
-// barrier that makes a key tile visible to every thread before it is read.
+// Entry point of one mutant forward kernel (emu_attention.h), built once per mutant with
+// STRATA_EMU_MUTANT=<name>: the kernel transformed with --mutant into namespace
+// strata::cuda_emulated_mutant_<name>, called through emu::mutants::forward_<name>.
 #include "emu_attention.h"
 
-#include "attention_wmma.cuh"  // the transformed copy, next to the mutant kernel
+#if !defined(STRATA_EMU_MUTANT)
+#error "build emu_mutant.cpp with STRATA_EMU_MUTANT=<mutant name>"
+#endif
+#define STRATA_EMU_JOIN2(a, b) a##b
+#define STRATA_EMU_JOIN(a, b) STRATA_EMU_JOIN2(a, b)
 
-namespace strata::emu {
+// The transformed copies next to the mutant kernel: the WMMA family's header for the barrier
+// mutant, the mma.sync family's for the others.
+#if __has_include("attention_mma.cuh")
+#include "attention_mma.cuh"
+#define STRATA_EMU_MUTANT_FORWARD attention_forward_mma
+#else
+#include "attention_wmma.cuh"
+#define STRATA_EMU_MUTANT_FORWARD attention_forward_wmma
+#endif
 
-int mutant_attention_forward(void* out, float* lse, const void* qkv, HalfType type, const AttentionShape& shape) {
-  namespace kernels = ::strata::cuda_emulated_mutant;
+namespace strata::emu::mutants {
+
+int STRATA_EMU_JOIN(forward_, STRATA_EMU_MUTANT)(void* out, float* lse, const void* qkv, HalfType type,
+                                                 const AttentionShape& shape) {
+  namespace kernels = ::strata::STRATA_EMU_JOIN(cuda_emulated_mutant_, STRATA_EMU_MUTANT);
   const kernels::ElemType elem = type == HalfType::BF16 ? kernels::ElemType::BF16 : kernels::ElemType::F16;
-  return kernels::detail::attention_forward_wmma(out, lse, qkv, elem, shape.batch, shape.seq, shape.heads,
-                                                 shape.head_dim, kernels::AttentionBf16Operands::Split, nullptr);
+  return kernels::detail::STRATA_EMU_MUTANT_FORWARD(out, lse, qkv, elem, shape.batch, shape.seq, shape.heads,
+                                                    shape.head_dim, kernels::AttentionBf16Operands::Split, nullptr);
 }
 
-}  // namespace strata::emu
+}  // namespace strata::emu::mutants

@@ -62,13 +62,15 @@ void ldmatrix(int matrices, bool trans, const void* row, uint32_t* registers) {
     if (!in_shared_memory(row, kRowBytes))
       fail(std::string(name) + ": row address of lane " + std::to_string(lane) + " not in shared memory");
   }
-  const unsigned char* rows[kLanes];
-  warp_gather(name, &row, sizeof(row), rows);
-  // The rows as the warp loads them at once (kWarpSnapshotBytes = 32 rows of 16 bytes).
+  warp_gather(name, &row, sizeof(row), nullptr);
+  // The rows as the warp loads them at once (32 rows of 16 bytes), read by the first lane to resume.
   bool capture = false;
   unsigned char* loaded = warp_snapshot(&capture);
-  if (capture)
+  if (capture) {
+    const unsigned char* rows[kLanes];
+    warp_postings(rows, sizeof(rows[0]));
     for (int r = 0; r < 8 * matrices; ++r) std::memcpy(loaded + r * kRowBytes, rows[r], kRowBytes);
+  }
   const unsigned quad = lane / 4, pair = 2 * (lane % 4);
   for (int i = 0; i < matrices; ++i) {
     const unsigned char* m = loaded + 8 * i * kRowBytes;  // the 8 rows of matrix i
@@ -92,13 +94,19 @@ void mma_m16n8k16(MmaInput input, float* d, const uint32_t* a, const uint32_t* b
   std::memcpy(mine.a, a, sizeof(mine.a));
   std::memcpy(mine.b, b, sizeof(mine.b));
   const float accumulator[4] = {c[0], c[1], c[2], c[3]};  // d may alias c
-  MmaOperands lanes[kLanes];
-  warp_gather(name, &mine, sizeof(mine), lanes);
+  warp_gather(name, &mine, sizeof(mine), nullptr);
 
   // The whole of A (16×16) and B (16×8) from the lanes' fragments, per the ISA's tables:
   // groupID g = lane / 4, t = lane % 4; a register packs two elements, the lower-indexed low.
-  float A[16][16], B[16][8];
-  for (unsigned l = 0; l < kLanes; ++l) {
+  // The first lane to resume decodes them into the warp's snapshot; the others read it there.
+  bool capture = false;
+  unsigned char* decoded = warp_snapshot(&capture);
+  static_assert(sizeof(float) * (16 * 16 + 16 * 8) <= kWarpSnapshotBytes, "A and B fit the warp's snapshot");
+  float(&A)[16][16] = *reinterpret_cast<float(*)[16][16]>(decoded);
+  float(&B)[16][8] = *reinterpret_cast<float(*)[16][8]>(decoded + sizeof(A));
+  MmaOperands lanes[kLanes];
+  if (capture) warp_postings(lanes, sizeof(MmaOperands));
+  for (unsigned l = 0; capture && l < kLanes; ++l) {
     const int g = static_cast<int>(l / 4), t = static_cast<int>(l % 4);
     for (int i = 0; i < 8; ++i) {  // a_i: rows g (a0, a1, a4, a5) or g + 8; columns 2t + (i & 1) (+ 8 for i ≥ 4)
       const uint16_t bits = half_of(lanes[l].a[i / 2], i & 1);

@@ -362,6 +362,18 @@ void warp_gather(const char* instruction, const void* post, size_t bytes, void* 
   yield_to_scheduler(t);  // released once all 32 lanes posted the same instruction
   t.collective = nullptr;
   ++t.collectives_issued;
+  if (postings) {
+    unsigned char* out = static_cast<unsigned char*>(postings);
+    for (unsigned l = 0; l < kWarpSize; ++l) std::memcpy(out + l * bytes, e.postings[parity + base + l].data, bytes);
+  }
+}
+
+void warp_postings(void* postings, size_t bytes) {
+  Emulator& e = emulator();
+  const EmulatedThread& t = running_thread("warp_postings");
+  if (t.collectives_issued == 0 || bytes > kMaxWarpPostBytes) fail("warp_postings without a warp_gather before it");
+  const size_t parity = ((t.collectives_issued - 1) & 1u) * e.threads;
+  const unsigned base = t.index / kWarpSize * kWarpSize;
   unsigned char* out = static_cast<unsigned char*>(postings);
   for (unsigned l = 0; l < kWarpSize; ++l) std::memcpy(out + l * bytes, e.postings[parity + base + l].data, bytes);
 }

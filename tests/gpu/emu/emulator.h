@@ -34,15 +34,18 @@ void warp_barrier();   // __syncwarp() over the full warp
 uint64_t warp_exchange_xor(uint64_t bits, int lane_xor);
 // A warp-collective instruction (.sync.aligned): every lane of a full warp posts `bytes` (at most
 // kMaxWarpPostBytes) under the same `instruction` (a string literal naming it); once all 32 have,
-// `postings` receives them in lane order (32 · bytes). A lane that exits, diverges to another
-// barrier or posts another instruction is reported as an EmulationError naming the instruction.
+// `postings` receives them in lane order (32 · bytes), unless it is null: then a lane that needs
+// them reads them with warp_postings before its next collective. A lane that exits, diverges to
+// another barrier or posts another instruction is reported as an EmulationError naming the
+// instruction.
 constexpr size_t kMaxWarpPostBytes = 32;
 void warp_gather(const char* instruction, const void* post, size_t bytes, void* postings);
+void warp_postings(void* postings, size_t bytes);  // the last warp_gather's postings, lane order
 // Right after warp_gather: the warp's buffer for what the instruction reads from memory, with
 // *capture set in the first lane of the warp to resume, which must fill it; the other lanes
 // read it, so all see memory as it was when the warp completed the instruction (a lane running
 // on cannot change what its warp-mates load).
-constexpr size_t kWarpSnapshotBytes = 512;
+constexpr size_t kWarpSnapshotBytes = 1536;  // ldmatrix: 32 rows of 16 bytes; mma.sync: A and B as floats
 unsigned char* warp_snapshot(bool* capture);
 // cp.async: `bytes` (4, 8 or 16) from global src to shared dst, in this thread's open group; only
 // the first src_bytes (0…bytes; -1: all) are read, the rest land as zeros (the src-size form).

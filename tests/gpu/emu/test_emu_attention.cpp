@@ -1,12 +1,15 @@
 // The tensor-core attention kernels on the CPU emulator against the CPU backend, with the GPU
 // tests' metrics and bounds (out, lse, dq, dk, dv; bf16 and fp16; head dims 64 and 128), plus
-// bit-repeatability across thread schedules, the launchers' refusals and a planted race.
+// bit-repeatability across thread schedules, the launchers' refusals and planted bugs (a missing
+// barrier, a missing cp.async wait, a wrong lane mapping). The mma.sync kernels are the default;
+// the WMMA kernels they replace stay covered until a GPU has timed both.
 #include "catch_compat.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -20,6 +23,7 @@ namespace {
 
 using emu::AttentionShape;
 using emu::HalfType;
+using emu::Kernels;
 
 constexpr size_t kGuardBytes = 256;
 constexpr uint8_t kGuardByte = 0xAB;
@@ -187,20 +191,22 @@ struct Emulated {
 
 // Forward from qkv; backward from the CPU's out and lse (as the GPU tests do, so that the
 // backward is judged alone).
-void run_emulated(const Problem& p, Emulated& e, emu::Bf16Operands operands = emu::Bf16Operands::Split) {
-  REQUIRE(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, p.shape, operands) == 0);
+void run_emulated(const Problem& p, Emulated& e, emu::Bf16Operands operands = emu::Bf16Operands::Split,
+                  Kernels kernels = Kernels::Mma) {
+  REQUIRE(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, p.shape, operands, kernels) == 0);
   REQUIRE(emu::attention_backward(e.dqkv.data(), p.dout.data(), p.qkv.data(), p.lse.f32(), p.delta.f32(), p.type,
-                                  p.shape, operands) == 0);
+                                  p.shape, operands, kernels) == 0);
   CHECK(e.out.guards_intact());
   CHECK(e.lse.guards_intact());
   CHECK(e.dqkv.guards_intact());
 }
 
-void check_against_cpu(const Problem& p, emu::Bf16Operands operands = emu::Bf16Operands::Split) {
-  const std::string what = describe(p.type, p.shape);
+void check_against_cpu(const Problem& p, emu::Bf16Operands operands = emu::Bf16Operands::Split,
+                       Kernels kernels = Kernels::Mma) {
+  const std::string what = describe(p.type, p.shape) + (kernels == Kernels::Mma ? " mma.sync" : " wmma");
   const double max_ulps = ulp_bound(p.type, operands);
   Emulated e(p);
-  run_emulated(p, e, operands);
+  run_emulated(p, e, operands, kernels);
   check_ulps(e.out.values(), p.out.values(), p.type, max_ulps, "out " + what);
   check_close(e.lse.values(), p.lse.values(), 1e-5, "lse " + what);
 
@@ -308,26 +314,43 @@ TEST_CASE("tensor-core attention repeats bit for bit under different thread sche
   }
 }
 
-TEST_CASE("a forward kernel missing the barrier before it reads a key tile is caught") {
-  for (HalfType type : {HalfType::BF16, HalfType::F16}) {
-    const Problem p(type, AttentionShape{1, 129, 2, 64});
-    const std::string what = describe(type, p.shape);
-    Emulated intact(p), mutant(p);
-    REQUIRE(emu::attention_forward(intact.out.data(), intact.lse.f32(), p.qkv.data(), type, p.shape) == 0);
-    CHECK(test::worst_ulp_error(intact.out.values(), p.out.values(), dtype_of(type)).worst <= ulp_bound(type));
+TEST_CASE("the WMMA kernels the mma.sync kernels replace still match the CPU backend") {
+  for (HalfType type : {HalfType::BF16, HalfType::F16})
+    for (int64_t head_dim : {64, 128})
+      for (int64_t seq : {17, 129})
+        check_against_cpu(Problem(type, AttentionShape{1, seq, 2, head_dim}), emu::Bf16Operands::Split, Kernels::Wmma);
+}
 
-    std::string emulator_report;
-    double worst_ulps = 0.0, worst_lse = 0.0;
-    try {
-      REQUIRE(emu::mutant_attention_forward(mutant.out.data(), mutant.lse.f32(), p.qkv.data(), type, p.shape) == 0);
-      worst_ulps = test::worst_ulp_error(mutant.out.values(), p.out.values(), dtype_of(type)).worst;
-      worst_lse = worst_relative_error(mutant.lse.values(), p.lse.values());
-    } catch (const emu::EmulationError& e) {
-      emulator_report = e.what();
+TEST_CASE("forward kernels missing a barrier or a cp.async wait or with a wrong lane mapping are caught") {
+  const std::pair<emu::Mutant, const char*> mutants[] = {
+      {emu::Mutant::WmmaMissingBarrier, "WMMA without the barrier before it reads a key tile"},
+      {emu::Mutant::MmaMissingCpAsyncWait, "mma.sync without the cp.async wait before it reads a key tile"},
+      {emu::Mutant::MmaWrongLaneMapping, "mma.sync with V's ldmatrix.trans lanes in K's mapping"}};
+  for (const auto& [mutant, name] : mutants) {
+    const Kernels family = mutant == emu::Mutant::WmmaMissingBarrier ? Kernels::Wmma : Kernels::Mma;
+    for (HalfType type : {HalfType::BF16, HalfType::F16}) {
+      const Problem p(type, AttentionShape{1, 129, 2, 64});
+      const std::string what = std::string(name) + ", " + describe(type, p.shape);
+      Emulated intact(p), broken(p);
+      REQUIRE(emu::attention_forward(intact.out.data(), intact.lse.f32(), p.qkv.data(), type, p.shape,
+                                     emu::Bf16Operands::Split, family) == 0);
+      CHECK(test::worst_ulp_error(intact.out.values(), p.out.values(), dtype_of(type)).worst <= ulp_bound(type));
+
+      std::string emulator_report;
+      double worst_ulps = 0.0, worst_lse = 0.0;
+      int rc = 0;
+      try {
+        rc = emu::mutant_attention_forward(mutant, broken.out.data(), broken.lse.f32(), p.qkv.data(), type, p.shape);
+        worst_ulps = test::worst_ulp_error(broken.out.values(), p.out.values(), dtype_of(type)).worst;
+        worst_lse = worst_relative_error(broken.lse.values(), p.lse.values());
+      } catch (const emu::EmulationError& e) {
+        emulator_report = e.what();
+      }
+      REQUIRE(rc == 0);
+      INFO(what << ": mutant's worst out " << worst_ulps << " ulps, lse " << worst_lse << " relative, emulator report '"
+                << emulator_report << "'");
+      CHECK((!emulator_report.empty() || !(worst_ulps <= ulp_bound(type)) || !(worst_lse <= 1e-5)));
     }
-    INFO(what << ": mutant's worst out " << worst_ulps << " ulps, lse " << worst_lse << " relative, emulator report '"
-              << emulator_report << "'");
-    CHECK((!emulator_report.empty() || !(worst_ulps <= ulp_bound(type)) || !(worst_lse <= 1e-5)));
   }
 }
 
@@ -337,11 +360,15 @@ TEST_CASE("the emulated launchers refuse head dims other than 64 and 128 and mis
   AttentionShape wrong_dim = p.shape;
   wrong_dim.head_dim = 32;  // same buffers, read as 4 heads of 32
   wrong_dim.heads = 4;
-  CHECK(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, wrong_dim) != 0);
-  CHECK(emu::attention_backward(e.dqkv.data(), p.dout.data(), p.qkv.data(), p.lse.f32(), p.delta.f32(), p.type,
-                                wrong_dim) != 0);
-  void* shifted_out = static_cast<char*>(e.out.data()) + 2;  // one bf16 element in
-  CHECK(emu::attention_forward(shifted_out, e.lse.f32(), p.qkv.data(), p.type, p.shape) != 0);
+  for (Kernels family : {Kernels::Mma, Kernels::Wmma}) {
+    CHECK(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, wrong_dim, emu::Bf16Operands::Split,
+                                 family) != 0);
+    void* shifted = static_cast<char*>(e.out.data()) + 2;  // one bf16 element in
+    CHECK(emu::attention_forward(shifted, e.lse.f32(), p.qkv.data(), p.type, p.shape, emu::Bf16Operands::Split,
+                                 family) != 0);
+    CHECK(emu::attention_backward(e.dqkv.data(), p.dout.data(), p.qkv.data(), p.lse.f32(), p.delta.f32(), p.type,
+                                  wrong_dim, emu::Bf16Operands::Split, family) != 0);
+  }
   // Refusals write nothing: the outputs still hold their poison.
   const std::vector<float> out = e.out.values();
   CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));

@@ -17,8 +17,11 @@ Rewrites, per file (sources named on the command line and the local headers they
   * k<<<grid, block, smem, s>>>(args)       -> ::strata::emu::launch(k, grid, block, smem, s)(args),
                                              or launch_deduced when k is a kernel template whose
                                              arguments the call deduces;
-  * --mutant                                -> the forward kernel loses the first __syncthreads() of its
-                                             key-tile loop (a planted race the tests must catch).
+  * --mutant NAME                           -> one planted bug the tests must catch (MUTANTS): the WMMA
+                                             forward without the first __syncthreads() of its key-tile loop
+                                             (barrier), the mma.sync forward without its cp.async wait
+                                             (cp-async-wait), or with V's ldmatrix.trans lanes passing the
+                                             rows of K's mapping (lane-mapping).
 Kernel files are named relative to --kernels, backend files (backend/...) relative to --src; the
 output tree mirrors both. Each output starts with a #line directive, so diagnostics point at the
 original sources.
@@ -89,9 +92,15 @@ STATIC_SHARED_DECL = re.compile(
 LAUNCH = re.compile(r'([A-Za-z_][\w:]*(?:<[^<>;{}()]*>)?)\s*<<<(.*?)>>>\s*\(', re.S)
 TEMPLATE_KERNEL = re.compile(
     r'\btemplate\s*<[^{};]*?>\s*__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\(')
-MUTANT_FILE = "attention_wmma_forward.cu"
-MUTANT_LOOP = "for (int kt = 0; kt <= q_tile_index; ++kt) {"
-MUTANT_BARRIER = "__syncthreads();"
+# Each mutant: (file, anchor, target, replacement): the first `target` after `anchor` in `file`
+# becomes `replacement`.
+KEY_LOOP = "for (int kt = 0; kt <= q_tile_index; ++kt) {"
+MUTANTS = {
+    "barrier": ("attention_wmma_forward.cu", KEY_LOOP, "__syncthreads();", "/* mutant: barrier removed */"),
+    "cp-async-wait": ("attention_mma_forward.cu", KEY_LOOP, "ptx::cp_async_wait<1>();", "/* mutant: wait removed */"),
+    "lane-mapping": ("attention_mma.cuh", "load_v_fragments(", "key0 + (i & 1) * 8 + j, dim0 + (i >> 1) * 8",
+                     "key0 + (i >> 1) * 8 + j, dim0 + (i & 1) * 8 /* mutant: K's lane mapping */"),
+}
 
 
 def die(message):
@@ -206,14 +215,15 @@ def replace_launches(text, template_kernels):
     return LAUNCH.sub(launch, text)
 
 
-def plant_mutant(text, name):
-    loop = text.find(MUTANT_LOOP)
-    if loop < 0:
-        die(f"{name}: marker '{MUTANT_LOOP}' not found (the mutant drops the first {MUTANT_BARRIER} after it)")
-    barrier = text.find(MUTANT_BARRIER, loop)
-    if barrier < 0:
-        die(f"{name}: no '{MUTANT_BARRIER}' after '{MUTANT_LOOP}'")
-    return text[:barrier] + "/* mutant: barrier removed */" + text[barrier + len(MUTANT_BARRIER):]
+def plant_mutant(text, name, mutant):
+    _, anchor, target, replacement = MUTANTS[mutant]
+    at = text.find(anchor)
+    if at < 0:
+        die(f"{name}: marker '{anchor}' of mutant {mutant} not found")
+    at = text.find(target, at)
+    if at < 0:
+        die(f"{name}: no '{target}' after '{anchor}' (mutant {mutant})")
+    return text[:at] + replacement + text[at + len(target):]
 
 
 def check_no_device_only_syntax(text, name):
@@ -256,12 +266,10 @@ def main():
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--namespace", required=True, help="replaces 'cuda' in strata::cuda")
     parser.add_argument("--depfile", help="write the files read, as a Makefile rule for the outputs")
-    parser.add_argument("--mutant", action="store_true", help=f"plant the missing-barrier bug in {MUTANT_FILE}")
+    parser.add_argument("--mutant", choices=sorted(MUTANTS), help="plant this bug (see MUTANTS)")
     parser.add_argument("sources", nargs="+", help="kernel .cu files (relative to --kernels) and backend/cuda "
                                                    "sources (relative to --src) to transform")
     args = parser.parse_args()
-    if args.mutant and MUTANT_FILE not in args.sources:
-        die(f"--mutant needs {MUTANT_FILE} among the sources")
 
     tree = Tree(args.kernels, args.src, args.out)
     repo_root = os.path.dirname(tree.kernels)
@@ -283,6 +291,10 @@ def main():
             if found and tree.transformed(found):
                 pending.append(found)
 
+    mutant_file = args.mutant and MUTANTS[args.mutant][0]
+    if mutant_file and not any(os.path.basename(path) == mutant_file for path in texts):
+        die(f"--mutant {args.mutant} needs {mutant_file} among the sources or the headers they include")
+
     template_kernels = set()
     for text in texts.values():
         template_kernels.update(TEMPLATE_KERNEL.findall(without_comments(text)))
@@ -298,8 +310,8 @@ def main():
             text = replace_ptx_sections(text, display)
         if base.endswith((".cu", ".cuh")):
             text = replace_launches(replace_shared(text), template_kernels)
-        if args.mutant and base == MUTANT_FILE:
-            text = plant_mutant(text, display)
+        if base == mutant_file:
+            text = plant_mutant(text, display, args.mutant)
         check_no_device_only_syntax(text, display)
 
         header = (f"// Generated by tests/gpu/emu/transform_kernels.py from {display}; do not edit.\n"
