@@ -8,6 +8,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
+
 #include "kernel_types.cuh"
 
 namespace strata::cuda::detail {
@@ -63,20 +65,29 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over a block of kThreads (a multiple of 32, ≤ 1024); every thread gets the result.
-// `scratch` holds at least 32 values and is reusable after the call returns.
-template <int kThreads, typename V>
-__device__ V block_sum(V v, V* scratch) {
+// reduce(v) over a block of kThreads (a multiple of 32, ≤ 1024) in a fixed tree: warp_reduce
+// within each warp, then the warps' results through `scratch` (at least 32 values, reusable
+// after the call returns) and warp_reduce again; every thread gets the result.
+template <int kThreads, typename V, typename WarpReduce>
+__device__ V block_reduce(V v, V* scratch, V identity, WarpReduce warp_reduce) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block size");
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_sum(v);
+  v = warp_reduce(v);
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  V total = lane < kWarps ? scratch[lane] : V(0);
-  total = warp_sum(total);
+  V total = lane < kWarps ? scratch[lane] : identity;
+  total = warp_reduce(total);
   __syncthreads();
   return total;
+}
+template <int kThreads, typename V>
+__device__ V block_sum(V v, V* scratch) {
+  return block_reduce<kThreads>(v, scratch, V(0), [](V x) { return warp_sum(x); });
+}
+template <int kThreads>
+__device__ float block_max(float v, float* scratch) {  // exact: any order gives the same bits
+  return block_reduce<kThreads>(v, scratch, -INFINITY, [](float x) { return warp_max(x); });
 }
 
 // ---- dtype dispatch ----

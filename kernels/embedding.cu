@@ -1,11 +1,14 @@
 // Embedding kernels. Forward: one block per token row, 16-byte packs when rows are aligned.
 // Backward: dwpe by one thread per (t, c) summing the batch in order; dwte by sorting
-// (id, position) pairs stably and letting the block at each run's start own that row. The
-// table may be one rank's vocabulary slice (tensor parallelism): ids are offset by its first row.
+// (id, position) pairs stably, then summing pieces of kEmbeddingPieceRows sorted positions in
+// parallel and joining each long row's pieces in order (the previous kernel: the block at each
+// run's start owns that row and walks all of it). The table may be one rank's vocabulary slice
+// (tensor parallelism): ids are offset by its first row.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "device_helpers.cuh"
 #include "embedding.cuh"
+#include "kernel_selection.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -118,13 +121,94 @@ __global__ void dwte_kernel(void* dwte, ElemType dwte_type, const T* dout, const
   }
 }
 
+// Piece group `group` covers sorted indices [group · P, group · P + P) (P = kEmbeddingPieceRows).
+// Its block walks them: each maximal run of one key inside the group is a piece, summed from zero
+// in sorted order, kDwteColumns columns per thread at a time with kPieceLoads positions' loads in
+// flight. A piece that is its row's whole run is added to dwte here (no other block touches that
+// row); the others go to partials, slot 2·group for the piece continuing a run from the group
+// before, 2·group + 1 for the piece starting a run that continues into the next group.
+constexpr int kPieceLoads = 4;
+
+template <typename T>
+__global__ void dwte_pieces_kernel(void* dwte, ElemType dwte_type, float* partials, const T* dout,
+                                   const uint32_t* keys, const int32_t* positions, int64_t n, int64_t channels,
+                                   int64_t vocab) {
+  const int64_t group = blockIdx.x, g0 = group * kEmbeddingPieceRows;
+  const int64_t g1 = g0 + kEmbeddingPieceRows < n ? g0 + kEmbeddingPieceRows : n;
+  constexpr int64_t kGroupWidth = int64_t{kRowThreads} * kDwteColumns;
+  for (int64_t s = g0; s < g1;) {
+    const uint32_t key = keys[s];
+    int64_t e = s + 1;
+    while (e < g1 && keys[e] == key) ++e;
+    if (key < vocab) {
+      const bool continues_before = s == g0 && s > 0 && keys[s - 1] == key;
+      const bool continues_after = e == g1 && e < n && keys[e] == key;
+      float* partial = continues_before ? partials + 2 * group * channels
+                       : continues_after ? partials + (2 * group + 1) * channels
+                                         : nullptr;
+      const int64_t row = static_cast<int64_t>(key) * channels;
+      for (int64_t first = threadIdx.x; first < channels; first += kGroupWidth) {
+        float acc[kDwteColumns] = {};
+        for (int64_t k = s; k < e; k += kPieceLoads) {
+          float loaded[kPieceLoads][kDwteColumns];
+#pragma unroll
+          for (int u = 0; u < kPieceLoads; ++u) {
+            const T* g = k + u < e ? dout + static_cast<int64_t>(positions[k + u]) * channels : nullptr;
+#pragma unroll
+            for (int i = 0; i < kDwteColumns; ++i) {
+              const int64_t c = first + int64_t{i} * kRowThreads;
+              loaded[u][i] = g && c < channels ? to_float(g[c]) : 0.0f;
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kPieceLoads; ++u) {
+            if (k + u >= e) break;
+#pragma unroll
+            for (int i = 0; i < kDwteColumns; ++i) acc[i] = __fadd_rn(acc[i], loaded[u][i]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kDwteColumns; ++i) {
+          const int64_t c = first + int64_t{i} * kRowThreads;
+          if (c >= channels) continue;
+          if (partial) partial[c] = acc[i];
+          else detail::store_any(dwte, dwte_type, row + c, __fadd_rn(detail::load_any(dwte, dwte_type, row + c), acc[i]));
+        }
+      }
+    }
+    s = e;
+  }
+}
+
+// The block of the group where a run starts that continues past the group's end adds that row's
+// pieces to dwte in order: its own last piece, then the first piece of each later group the run
+// reaches.
+__global__ void dwte_join_kernel(void* dwte, ElemType dwte_type, const float* partials, const uint32_t* keys,
+                                 int64_t n, int64_t channels, int64_t vocab) {
+  const int64_t group = blockIdx.x, g0 = group * kEmbeddingPieceRows, g1 = g0 + kEmbeddingPieceRows;
+  if (g1 >= n) return;
+  const uint32_t key = keys[g1 - 1];
+  if (key >= vocab || keys[g1] != key) return;              // the group's last run ends inside it
+  if (keys[g0] == key && g0 > 0 && keys[g0 - 1] == key) return;  // it started in an earlier group
+  const int64_t row = static_cast<int64_t>(key) * channels;
+  for (int64_t c = threadIdx.x; c < channels; c += kRowThreads) {
+    float acc = __fadd_rn(detail::load_any(dwte, dwte_type, row + c), partials[(2 * group + 1) * channels + c]);
+    for (int64_t h = group + 1;; ++h) {
+      acc = __fadd_rn(acc, partials[2 * h * channels + c]);
+      const int64_t h1 = (h + 1) * kEmbeddingPieceRows;
+      if (h1 >= n || keys[h1] != key) break;
+    }
+    detail::store_any(dwte, dwte_type, row + c, acc);
+  }
+}
+
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 struct SortLayout {
-  size_t keys_in, keys_out, vals_in, vals_out, temp, temp_bytes, total;
+  size_t keys_in, keys_out, vals_in, vals_out, temp, temp_bytes, partials, total;
 };
 
-SortLayout sort_layout(int64_t n, int64_t vocab) {
+SortLayout sort_layout(int64_t n, int64_t vocab, int64_t channels) {
   SortLayout l{};
   const size_t words = align256(static_cast<size_t>(n) * 4);
   l.keys_in = 0;
@@ -136,7 +220,8 @@ SortLayout sort_layout(int64_t n, int64_t vocab) {
                                   static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
                                   static_cast<int32_t*>(nullptr), static_cast<int>(n), 0,
                                   embedding_sort_bits(vocab));
-  l.total = l.temp + align256(l.temp_bytes);
+  l.partials = l.temp + align256(l.temp_bytes);
+  l.total = l.partials + align256(static_cast<size_t>(2 * ceil_div(n, kEmbeddingPieceRows) * channels) * 4);
   return l;
 }
 
@@ -158,8 +243,8 @@ cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte,
   });
 }
 
-size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
-  return sort_layout(tokens, vocab).total;
+size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab, int64_t channels) {
+  return sort_layout(tokens, vocab, channels).total;
 }
 
 cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemType dwpe_type, const void* dout,
@@ -168,7 +253,7 @@ cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemT
                                size_t workspace_bytes, cudaStream_t stream) {
   const int64_t n = batch * seq;
   if (n <= 0 || channels <= 0) return cudaSuccess;
-  const SortLayout l = sort_layout(n, vocab);
+  const SortLayout l = sort_layout(n, vocab, channels);
   if (workspace_bytes < l.total) return cudaErrorInvalidValue;
   char* base = static_cast<char*>(workspace);
   auto* keys_in = reinterpret_cast<uint32_t*>(base + l.keys_in);
@@ -190,8 +275,18 @@ cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemT
       dwpe_kernel<T><<<static_cast<unsigned>(elementwise_blocks(seq * channels)), kElementwiseThreads, 0, stream>>>(
           dwpe, dwpe_type, g, batch, seq, channels);
     }
-    dwte_kernel<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dwte, dwte_type, g, keys_out, vals_out, n,
-                                                                       channels, vocab);
+    if (use_previous_kernels()) {
+      dwte_kernel<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dwte, dwte_type, g, keys_out, vals_out, n,
+                                                                         channels, vocab);
+      return cudaGetLastError();
+    }
+    const auto groups = static_cast<unsigned>(ceil_div(n, kEmbeddingPieceRows));
+    auto* partials = reinterpret_cast<float*>(base + l.partials);
+    dwte_pieces_kernel<T><<<groups, kRowThreads, 0, stream>>>(dwte, dwte_type, partials, g, keys_out, vals_out, n,
+                                                              channels, vocab);
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
+    dwte_join_kernel<<<groups, kRowThreads, 0, stream>>>(dwte, dwte_type, partials, keys_out, n, channels, vocab);
     return cudaGetLastError();
   });
 }

@@ -1,6 +1,8 @@
 // Launchers for the token + position embedding forward and its deterministic backward: the
-// backward groups positions by token id with a stable radix sort, then one block owns each
-// vocabulary row and adds that row's gradients in position order (no float atomics).
+// backward groups positions by token id with a stable radix sort, then adds each row's gradients
+// in pieces of kEmbeddingPieceRows sorted positions (a block per piece group, then one block per
+// long row joining its pieces in order), with no float atomics; a frequent token's thousands of
+// positions spread over many blocks.
 #pragma once
 #include <cstdint>
 
@@ -27,13 +29,22 @@ cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte,
                               int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int64_t vocab_start,
                               int* bad_row, cudaStream_t stream);
 
-// Scratch the backward needs for batch·seq tokens (sort buffers and CUB's temporary storage).
-size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
+// Sorted positions per piece: the embedding backward's order (src/backend/backend.h,
+// kEmbeddingGradPiece, which the CUDA backend checks equal): a row's positions are cut wherever
+// their index in the (row, position) sort of the table's ids is a multiple of this; each piece is
+// summed from zero in order and the pieces are added to the row in order.
+constexpr int64_t kEmbeddingPieceRows = 64;
+
+// Scratch the backward needs for batch·seq tokens (sort buffers, CUB's temporary storage and
+// the pieces of rows that span several piece groups: 2 · ⌈tokens / kEmbeddingPieceRows⌉ · channels floats).
+size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab, int64_t channels);
 
 // dwte (V, C) (rows [vocab_start, vocab_start + V) of the table) and dwpe (≥T, C) accumulate dout
-// (B·T, C) in position order; ids outside those rows are skipped (embedding_forward reports
-// them, or another rank holds them). dwpe may be null. dout has `dout_type`; the gradients their
-// own.
+// (B·T, C), dwte in pieces (kEmbeddingPieceRows) and dwpe over b in order; ids outside those
+// rows are skipped (embedding_forward reports them, or another rank holds them). dwpe may be
+// null. dout has `dout_type`; the gradients their own. STRATA_KERNELS=previous adds each dwte row
+// in plain position order, one block per row (the kernel the pieces replace, until a GPU times
+// both; it matches the CPU backend within fp32 rounding, not bit for bit).
 cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemType dwpe_type, const void* dout,
                                ElemType dout_type, const int32_t* tokens, int64_t batch, int64_t seq,
                                int64_t channels, int64_t vocab, int64_t vocab_start, void* workspace,

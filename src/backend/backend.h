@@ -150,7 +150,8 @@ class Backend {
   // out (B, T, C) = wte[tokens[b, t]] + wpe[t]; tokens (B, T) I32; wte (V, C); wpe (≥T, C).
   // Overwrites. A token id outside [0, V) throws UserError.
   virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
-  // dwte, dwpe accumulate dout (B, T, C) in a fixed order (deterministic).
+  // dwte, dwpe accumulate dout (B, T, C) in a fixed order (deterministic): dwpe over b in order;
+  // each dwte row in pieces (kEmbeddingGradPiece), the order every backend shares bit for bit.
   virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
 
   // Vocab-parallel embedding (tensor parallelism): wte_slice holds rows [vocab_start,
@@ -236,6 +237,14 @@ int cuda_device_count();
 // Dense bf16 peak FLOP/s of a GPU from its name (H100 SXM/HBM3 and H200: 989e12, H100 PCIe/NVL
 // 756e12 and 835e12, A100: 312e12); 0 for others.
 double gpu_peak_flops(const std::string& device_name);
+
+// The order in which embedding backward adds dout rows into a dwte row, the same in every
+// backend so that their results match bit for bit: sort the positions whose ids fall in the
+// table by (row, position); cut each row's positions into pieces wherever the index in that sort
+// is a multiple of kEmbeddingGradPiece; sum each piece from zero in position order and add the
+// pieces to the row in order. Pieces let a GPU spread a frequent token's thousands of positions
+// over many blocks and still add in one fixed order.
+constexpr int64_t kEmbeddingGradPiece = 64;
 
 // Argument checks shared by the backend implementations.
 // Throws std::invalid_argument "<op>: <what>" unless ok (a programming error, see above).

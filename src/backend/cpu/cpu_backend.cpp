@@ -2,6 +2,7 @@
 // Every float tensor goes through Fp32Span, so BF16/F16 storage is emulated uniformly.
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -172,19 +173,48 @@ void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tenso
   require(cols_of(dwpe) == C && rows_of(dwpe) >= T, op, "dwpe " + dwpe.shape_string());
   Fp32Span de(dwte, Access::ReadWrite), dp(dwpe, Access::ReadWrite), g(dout, Access::Read);
   const int32_t* tok = tokens.as<int32_t>();
-  // Sequential over (b, t): a token repeated in the batch accumulates in one fixed order.
+  std::vector<int64_t> row_of(static_cast<size_t>(B * T));
+  for (int64_t i = 0; i < B * T; ++i) {
+    require(tok[i] >= 0 && tok[i] < V, op,
+            "token id " + std::to_string(tok[i]) + " outside [0, " + std::to_string(V) + ")");
+    row_of[static_cast<size_t>(i)] = tok[i];
+  }
+  add_rows_in_pieces(de.data(), V, C, g.data(), row_of);
+  // dwpe: sequential over (b, t).
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
-      const int32_t id = tok[b * T + t];
-      require(id >= 0 && id < V, op, "token id " + std::to_string(id) + " outside [0, " + std::to_string(V) + ")");
       const float* grow = g.data() + (b * T + t) * C;
-      float* erow = de.data() + id * C;
       float* prow = dp.data() + t * C;
-      for (int64_t c = 0; c < C; ++c) {
-        erow[c] += grow[c];
-        prow[c] += grow[c];
-      }
+      for (int64_t c = 0; c < C; ++c) prow[c] += grow[c];
     }
+  }
+}
+
+void add_rows_in_pieces(float* table, int64_t rows, int64_t channels, const float* grads,
+                        const std::vector<int64_t>& row_of) {
+  // A stable counting sort of the positions by row: `sorted` is the (row, position) order.
+  std::vector<int64_t> first(static_cast<size_t>(rows) + 1, 0);
+  for (int64_t row : row_of)
+    if (row >= 0) ++first[static_cast<size_t>(row) + 1];
+  for (int64_t r = 0; r < rows; ++r) first[static_cast<size_t>(r) + 1] += first[static_cast<size_t>(r)];
+  std::vector<int64_t> sorted(static_cast<size_t>(first.back())), next(first.begin(), first.end() - 1);
+  for (size_t i = 0; i < row_of.size(); ++i)
+    if (row_of[i] >= 0) sorted[static_cast<size_t>(next[static_cast<size_t>(row_of[i])]++)] = static_cast<int64_t>(i);
+  std::vector<float> piece(static_cast<size_t>(channels));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t begin = first[static_cast<size_t>(r)], end = first[static_cast<size_t>(r) + 1];
+    float* row = table + r * channels;
+    std::fill(piece.begin(), piece.end(), 0.0f);
+    for (int64_t k = begin; k < end; ++k) {
+      if (k > begin && k % kEmbeddingGradPiece == 0) {
+        for (int64_t c = 0; c < channels; ++c) row[c] += piece[static_cast<size_t>(c)];
+        std::fill(piece.begin(), piece.end(), 0.0f);
+      }
+      const float* grad = grads + sorted[static_cast<size_t>(k)] * channels;
+      for (int64_t c = 0; c < channels; ++c) piece[static_cast<size_t>(c)] += grad[c];
+    }
+    if (end > begin)
+      for (int64_t c = 0; c < channels; ++c) row[c] += piece[static_cast<size_t>(c)];
   }
 }
 

@@ -13,6 +13,11 @@ namespace strata::cpu {
 // Throws unless every defined tensor lives in host memory.
 void require_host(const char* op, std::initializer_list<const Tensor*> tensors);
 
+// table (rows, C) += the rows of grads (n, C) by row_of[i] (−1: skipped), in the order of
+// kEmbeddingGradPiece (backend.h).
+void add_rows_in_pieces(float* table, int64_t rows, int64_t channels, const float* grads,
+                        const std::vector<int64_t>& row_of);
+
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::CPU; }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/fp32_span.h"
@@ -73,19 +74,19 @@ void CpuBackend::embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor
   const int64_t B = s.batch, T = s.seq, C = s.channels, rows = s.rows;
   Fp32Span de(dwte_slice, Access::ReadWrite), dp(dwpe, Access::ReadWrite), g(dout, Access::Read);
   const int32_t* tok = tokens.as<int32_t>();
-  // Sequential over (b, t), as embedding_backward: one fixed order per row.
+  // The rows in embedding_backward's order, the sort holding only this slice's ids.
+  std::vector<int64_t> row_of(static_cast<size_t>(B * T));
+  for (int64_t i = 0; i < B * T; ++i) {
+    const int64_t local = int64_t{tok[i]} - vocab_start;
+    row_of[static_cast<size_t>(i)] = local >= 0 && local < rows ? local : -1;
+  }
+  add_rows_in_pieces(de.data(), rows, C, g.data(), row_of);
+  if (!dp.defined()) return;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t local = int64_t{tok[b * T + t]} - vocab_start;
       const float* grow = g.data() + (b * T + t) * C;
-      if (local >= 0 && local < rows) {
-        float* erow = de.data() + local * C;
-        for (int64_t c = 0; c < C; ++c) erow[c] += grow[c];
-      }
-      if (dp.defined()) {
-        float* prow = dp.data() + t * C;
-        for (int64_t c = 0; c < C; ++c) prow[c] += grow[c];
-      }
+      float* prow = dp.data() + t * C;
+      for (int64_t c = 0; c < C; ++c) prow[c] += grow[c];
     }
   }
 }

@@ -21,6 +21,8 @@ namespace cuda {
 namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
+static_assert(kEmbeddingPieceRows == kEmbeddingGradPiece,
+              "the embedding backward's pieces are the order every backend shares (backend.h)");
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -238,7 +240,7 @@ void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tens
   const ElemType dwte_type = elem_type_of(dwte, op, "dwte"), dwpe_type = elem_type_of(dwpe, op, "dwpe");
   const ElemType dout_type = elem_type_of(dout, op, "dout");
   const size_t ids_bytes = tokens.device == Device::CPU ? align256(tokens.bytes()) : 0;
-  const size_t sort_bytes = embedding_backward_workspace_bytes(B * T, V);
+  const size_t sort_bytes = embedding_backward_workspace_bytes(B * T, V, C);
   char* base = static_cast<char*>(scratch(ids_bytes + sort_bytes));
   const int32_t* ids = tokens.as<int32_t>();
   if (tokens.device == Device::CPU) {

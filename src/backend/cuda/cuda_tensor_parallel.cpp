@@ -73,7 +73,7 @@ void CudaBackend::embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tenso
   const ElemType dwpe_type = dwpe.defined() ? elem_type_of(dwpe, op, "dwpe") : ElemType::F32;
   const ElemType dout_type = elem_type_of(dout, op, "dout");
   const size_t ids_bytes = tokens.device == Device::CPU ? align256(tokens.bytes()) : 0;
-  const size_t sort_bytes = embedding_backward_workspace_bytes(s.batch * s.seq, s.rows);
+  const size_t sort_bytes = embedding_backward_workspace_bytes(s.batch * s.seq, s.rows, s.channels);
   char* base = static_cast<char*>(scratch(ids_bytes + sort_bytes));
   const int32_t* ids = device_ids(tokens, base);
   CUDA_CHECK(cuda::embedding_backward(dwte_slice.data, dwte_type, dwpe.data, dwpe_type, dout.data, dout_type, ids,

@@ -328,9 +328,27 @@ int main(int argc, char** argv) {
               [&] { gpu.embedding_backward(dwte, dwpe, x, tokens); });
     bench.run("embedding_backward (text-like ids)", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
               [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens); });
+    // The piece-parallel backward beside the kernel it replaces (one block walks each row's whole
+    // run), on text-like ids. Left out of TOTAL.
+    for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
+      cuda::override_kernel_set(set);
+      bench.run(std::string("embedding_backward (text-like ids)") + (set == cuda::KernelSet::New ? " [pieces]" : " [previous]"),
+                es * nc + 8.0 * 2 * nc + 4.0 * N, 0, [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens); },
+                false);
+    }
+    cuda::clear_kernel_set_override();
     // The benchmark rewrites the same logits each pass; values stay finite (dlogits are bounded).
     bench.run("softmax_cross_entropy + dlogits", es * 2.0 * N * Vp, 0,
               [&] { gpu.softmax_cross_entropy(logits, losses, targets, static_cast<int>(V), true, 1.0f / N); });
+    // The one-pass kernel (16-bit rows in registers) beside the two-pass one it replaces. Left
+    // out of TOTAL.
+    for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
+      cuda::override_kernel_set(set);
+      bench.run(std::string("softmax_cross_entropy + dlogits") + (set == cuda::KernelSet::New ? " [one pass]" : " [previous]"),
+                es * 2.0 * N * Vp, 0,
+                [&] { gpu.softmax_cross_entropy(logits, losses, targets, static_cast<int>(V), true, 1.0f / N); }, false);
+    }
+    cuda::clear_kernel_set_override();
     // Tensor parallelism at TP 2, without the all-reduces between passes: the three
     // cross-entropy passes on the second rank's half of the vocabulary (its padding included)
     // read the slice twice and rewrite it once, against the fused row above over all columns.

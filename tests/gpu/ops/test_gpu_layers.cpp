@@ -9,7 +9,6 @@
 #include <cstdlib>
 
 #include "gpu_test_util.h"
-#include "kernel_selection.cuh"
 #include "layernorm.cuh"
 
 using namespace strata;
@@ -34,16 +33,6 @@ void check_gelu_of(const Mirrored& out, const Mirrored& pre, double max_ulps, co
 // fp32 weight and bias gradients: exact products of 16-bit operands summed in fp32 in another
 // order (1e-4, as for the bf16 × bf16 → fp32 GEMM above), or fp32 operands (1e-5).
 double gradient_tolerance(DType operands) { return operands == DType::F32 ? 1e-5 : 1e-4; }
-
-// Selects a kernel set (kernel_selection.cuh) for its lifetime, then hands the choice back to
-// STRATA_KERNELS, so one process checks the new and the previous kernel alike.
-class KernelSetOverride {
- public:
-  explicit KernelSetOverride(cuda::KernelSet set) { cuda::override_kernel_set(set); }
-  ~KernelSetOverride() { cuda::clear_kernel_set_override(); }
-  KernelSetOverride(const KernelSetOverride&) = delete;
-  KernelSetOverride& operator=(const KernelSetOverride&) = delete;
-};
 
 // The backward from the CPU's statistics on both sides (so only the backward is compared) with
 // `set` selected, into dinp of `dtype` and dweight/dbias of `grads`; then the same backward from
@@ -316,24 +305,29 @@ TEST_CASE("gpu: embedding backward in bf16 with fp32 gradients matches the CPU")
   }
 }
 
+// Both kernel sets: bf16 rows take the one-pass kernel, or with Previous the two-pass one.
 TEST_CASE("gpu: softmax cross-entropy losses and dlogits over a padded vocabulary") {
-  for (DType dtype : {DType::F32, DType::BF16}) {
-    for (int64_t V : {int64_t{1000}, int64_t{777}}) {
-      const int64_t N = 300, Vp = 1024;
-      Mirrored logits({N, Vp}, dtype), targets({N}, DType::I32), losses({N}, DType::F32);
-      logits.randomize(91, 4.0f);
-      targets.randomize(92, 1.0f, static_cast<int32_t>(V));
-      const std::string what = std::string(dtype_name(dtype)) + " V=" + std::to_string(V);
-      cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), false, 1.0f);
-      gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), false, 1.0f);
-      check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses " + what);
-      CHECK(logits.gpu_values() == logits.cpu_values());  // untouched without write_dlogits
-      cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
-      gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
-      const std::vector<float> dl = logits.gpu_values();
-      check_output(dl, logits.cpu_values(), dtype, kRoundedOnceUlps, "dlogits " + what);
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t j = V; j < Vp; ++j) REQUIRE(dl[static_cast<size_t>(i * Vp + j)] == 0.0f);
+  for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (int64_t V : {int64_t{1000}, int64_t{777}}) {
+        const KernelSetOverride selected(set);
+        const int64_t N = 300, Vp = 1024;
+        Mirrored logits({N, Vp}, dtype), targets({N}, DType::I32), losses({N}, DType::F32);
+        logits.randomize(91, 4.0f);
+        targets.randomize(92, 1.0f, static_cast<int32_t>(V));
+        const std::string what = std::string(dtype_name(dtype)) + " V=" + std::to_string(V) +
+                                 (set == cuda::KernelSet::New ? " new kernels" : " previous kernels");
+        cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), false, 1.0f);
+        gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), false, 1.0f);
+        check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses " + what);
+        CHECK(logits.gpu_values() == logits.cpu_values());  // untouched without write_dlogits
+        cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
+        gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
+        const std::vector<float> dl = logits.gpu_values();
+        check_output(dl, logits.cpu_values(), dtype, kRoundedOnceUlps, "dlogits " + what);
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t j = V; j < Vp; ++j) REQUIRE(dl[static_cast<size_t>(i * Vp + j)] == 0.0f);
+      }
     }
   }
   Mirrored logits({2, 64}, DType::F32), targets({2}, DType::I32);
@@ -343,20 +337,24 @@ TEST_CASE("gpu: softmax cross-entropy losses and dlogits over a padded vocabular
 }
 
 TEST_CASE("gpu: cross-entropy at GPT-2 vocabulary size repeats bit for bit") {
-  const int64_t N = 64, V = 50257, Vp = 50304;
-  Mirrored logits({N, Vp}, DType::BF16), targets({N}, DType::I32), losses({N}, DType::F32);
-  logits.randomize(95, 2.0f);
-  targets.randomize(96, 1.0f, static_cast<int32_t>(V));
-  cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 0.5f);
-  gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
-  check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses at V=50257");
-  check_ulps(logits.gpu_values(), logits.cpu_values(), DType::BF16, kRoundedOnceUlps, "dlogits at V=50257");
-  const auto first_losses = losses.gpu_bytes();
-  const auto first_dlogits = logits.gpu_bytes();
-  logits.randomize(95, 2.0f);
-  gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
-  CHECK(losses.gpu_bytes() == first_losses);
-  CHECK(logits.gpu_bytes() == first_dlogits);
+  for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
+    const KernelSetOverride selected(set);
+    INFO((set == cuda::KernelSet::New ? "new kernels (one pass)" : "previous kernels (two passes)"));
+    const int64_t N = 64, V = 50257, Vp = 50304;
+    Mirrored logits({N, Vp}, DType::BF16), targets({N}, DType::I32), losses({N}, DType::F32);
+    logits.randomize(95, 2.0f);
+    targets.randomize(96, 1.0f, static_cast<int32_t>(V));
+    cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 0.5f);
+    gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
+    check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses at V=50257");
+    check_ulps(logits.gpu_values(), logits.cpu_values(), DType::BF16, kRoundedOnceUlps, "dlogits at V=50257");
+    const auto first_losses = losses.gpu_bytes();
+    const auto first_dlogits = logits.gpu_bytes();
+    logits.randomize(95, 2.0f);
+    gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
+    CHECK(losses.gpu_bytes() == first_losses);
+    CHECK(logits.gpu_bytes() == first_dlogits);
+  }
 }
 
 TEST_CASE("gpu: matmul_gelu on a width the GELU epilogue cannot take runs unfused and matches the CPU") {

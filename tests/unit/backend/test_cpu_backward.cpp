@@ -3,6 +3,9 @@
 // Each check contracts the op's output with a random cotangent R, so L = Σ R ∘ f(x).
 #include "catch_compat.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "backend/backend.h"
 #include "backend_test_util.h"
 #include "reference_ops.h"
@@ -117,23 +120,43 @@ TEST_CASE("softmax cross-entropy writes dloss·(softmax − onehot) and zero on 
     for (int j = v; j < vp; ++j) CHECK(logits[static_cast<size_t>(i * vp + j)] == 0.0f);
 }
 
-TEST_CASE("embedding backward accumulates repeated tokens in a fixed order") {
+TEST_CASE("embedding backward adds each row's positions in pieces of the sorted order") {
   auto backend = make_cpu_backend();
-  const int B = 2, T = 4, V = 6, C = 3;
+  // 300 positions, most of them id 2: its run in the (id, position) sort crosses several
+  // multiples of kEmbeddingGradPiece, so its row takes several pieces.
+  const int B = 3, T = 100, V = 6, C = 3;
   HostTensor dout({B, T, C}), dwte({V, C}), dwpe({T + 2, C});
   fill_normal(dout.values, 16);
   fill_normal(dwte.values, 17);
-  std::vector<int32_t> ids = {1, 3, 1, 5, 3, 3, 0, 1};
+  std::vector<int32_t> ids(static_cast<size_t>(B * T));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % 7 == 0 ? static_cast<int32_t>(i % 5) : 2;
   Tensor tokens(ids.data(), DType::I32, {B, T});
-  std::vector<float> expected_wte = dwte.values, expected_wpe = dwpe.values;
+
+  // The order backend.h defines, written out: positions sorted stably by id; a piece ends where
+  // the id changes or the sorted index reaches a multiple of the piece length.
+  std::vector<int> sorted(ids.size());
+  for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = static_cast<int>(i);
+  std::stable_sort(sorted.begin(), sorted.end(), [&](int a, int b) { return ids[a] < ids[b]; });
+  std::vector<float> expected_wte = dwte.values, sequential_wte = dwte.values, expected_wpe = dwpe.values;
+  std::vector<float> piece(C, 0.0f);
+  for (size_t k = 0; k < sorted.size(); ++k) {
+    const int pos = sorted[k], id = ids[static_cast<size_t>(pos)];
+    for (int c = 0; c < C; ++c) piece[static_cast<size_t>(c)] += dout[static_cast<size_t>(pos * C + c)];
+    const bool last = k + 1 == sorted.size() || ids[static_cast<size_t>(sorted[k + 1])] != id ||
+                      (k + 1) % static_cast<size_t>(kEmbeddingGradPiece) == 0;
+    if (!last) continue;
+    for (int c = 0; c < C; ++c) expected_wte[static_cast<size_t>(id * C + c)] += piece[static_cast<size_t>(c)];
+    std::fill(piece.begin(), piece.end(), 0.0f);
+  }
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int c = 0; c < C; ++c) {
         const float g = dout[static_cast<size_t>((b * T + t) * C + c)];
-        expected_wte[static_cast<size_t>(ids[static_cast<size_t>(b * T + t)] * C + c)] += g;
+        sequential_wte[static_cast<size_t>(ids[static_cast<size_t>(b * T + t)] * C + c)] += g;
         expected_wpe[static_cast<size_t>(t * C + c)] += g;
       }
   backend->embedding_backward(dwte.tensor, dwpe.tensor, dout.tensor, tokens);
   CHECK(dwte.values == expected_wte);
   CHECK(dwpe.values == expected_wpe);
+  CHECK(expected_wte != sequential_wte);  // the data tells the piece order from plain position order
 }
