@@ -1,7 +1,8 @@
 // Launchers for layernorm forward and backward over rows of `cols` elements (eps 1e-5, biased
-// variance). The forward computes its statistics in double like the CPU reference; the backward
-// (layernorm_backward.cu) makes one pass with fp32 statistics and writes per-block parameter
-// gradient partials that one small kernel adds in a fixed order (no float atomics).
+// variance). The forward (layernorm.cu) holds each row in registers and computes its statistics in
+// double like the CPU reference; the backward (layernorm_backward.cu) makes one pass with fp32
+// statistics and writes per-block parameter gradient partials that one small kernel adds in a
+// fixed order (no float atomics).
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -15,8 +16,24 @@ constexpr int kLayerNormRowsPerBlock = 8;  // one warp per row
 
 inline int64_t layernorm_blocks(int64_t rows) { return std::max<int64_t>(1, ceil_div(rows, kLayerNormRowsPerBlock)); }
 
+// The one-pass forward: one warp per row, the row held in registers as 16-byte words, `words`
+// per lane (a compile-time count: 2, 4, 8 or 16, so rows up to 4096 bf16/fp16 or 2048 fp32
+// columns). 0 when the row is wider or cols · elem_bytes is not a multiple of 16: such rows, and
+// rows whose pointers are not 16-byte aligned, take the previous kernel.
+constexpr int kLayerNormForwardMaxWords = 16;
+
+inline int layernorm_forward_words(int64_t cols, size_t elem_bytes) {
+  const int64_t bytes = cols * static_cast<int64_t>(elem_bytes);
+  if (cols <= 0 || bytes % 16 != 0) return 0;
+  const int64_t needed = ceil_div(bytes / 16, 32);
+  for (int words = 2; words <= kLayerNormForwardMaxWords; words *= 2)
+    if (needed <= words) return words;
+  return 0;
+}
+
 // out = (inp − mean) · rstd · weight + bias; inp, out, weight, bias share `type`.
-// mean, rstd (rows) are optional (nullptr) fp32 outputs.
+// mean, rstd (rows) are optional (nullptr) fp32 outputs. STRATA_KERNELS=previous
+// (kernel_selection.cuh) runs the previous kernel (scalar loads, the row re-read per pass).
 cudaError_t layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                               const void* bias, ElemType type, int64_t rows, int64_t cols, cudaStream_t stream);
 

@@ -265,16 +265,30 @@ int main(int argc, char** argv) {
               [&] { gpu.layernorm_forward(y, mean, rstd, x, ln_w, ln_b); });
     bench.run("layernorm_backward", es * 4 * nc + 8.0 * N, 0,
               [&] { gpu.layernorm_backward(x2, dln_w, dln_b, y, x, ln_w, mean, rstd); });
-    // The one-pass backward beside the kernel it replaces (kernel_selection.cuh), at 32768 rows
-    // whatever the batch: read inp, dout and dinp, write dinp, plus mean/rstd and the parameters.
-    // Left out of TOTAL, which holds the row above (the kernel STRATA_KERNELS picks) at this batch.
+    // The one-pass forwards and backward beside the kernels they replace (kernel_selection.cuh),
+    // at 32768 rows whatever the batch. Forward: read x, write y (residual: read a and b, write
+    // residual and y), plus mean/rstd and the parameters; backward: read inp, dout and dinp, write
+    // dinp, plus mean/rstd and the parameters. Left out of TOTAL, which holds the rows above (the
+    // kernels STRATA_KERNELS picks) at this batch.
     {
       const int64_t LN = 32768;
       const double ln_nc = static_cast<double>(LN * C);
       const Tensor ln_x = pool.make(dt, {LN, C}), ln_dout = pool.make(dt, {LN, C}), ln_dx = pool.make(dt, {LN, C});
+      const Tensor ln_y = pool.make(dt, {LN, C}), ln_res = pool.make(dt, {LN, C});
       const Tensor ln_mean = pool.make(DType::F32, {LN}), ln_rstd = pool.make(DType::F32, {LN}, 0.1f);
+      const double fwd_bytes = es * 2 * ln_nc + 8.0 * LN + es * 2 * C;
+      const double res_bytes = es * 4 * ln_nc + 8.0 * LN + es * 2 * C;
       const double ln_bytes = es * 4 * ln_nc + 8.0 * LN + es * C + 16.0 * C;
       const std::string shape = " (" + std::to_string(LN) + "x" + std::to_string(C) + " " + dtype_name(dt) + ")";
+      for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
+        cuda::override_kernel_set(set);
+        const std::string kind = set == cuda::KernelSet::New ? " [one pass]" : " [previous]";
+        bench.run("layernorm_forward" + shape + kind, fwd_bytes, 0,
+                  [&] { gpu.layernorm_forward(ln_y, ln_mean, ln_rstd, ln_x, ln_w, ln_b); }, false);
+        bench.run("residual_layernorm_forward" + shape + kind, res_bytes, 0, [&] {
+          gpu.residual_layernorm_forward(ln_res, ln_y, ln_mean, ln_rstd, ln_x, ln_dout, ln_w, ln_b);
+        }, false);
+      }
       for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
         cuda::override_kernel_set(set);
         const bool is_new = set == cuda::KernelSet::New;
