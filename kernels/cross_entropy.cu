@@ -37,25 +37,25 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
 
-// False (and *bad_row lowered to this row, once per block) for a target outside [0, vocab):
-// the block leaves its row untouched.
-__device__ __forceinline__ bool target_in_vocab(int32_t target, int64_t vocab, int64_t row, int* bad_row) {
+// False (and the row reported in *bad_id, once per block) for a target outside [0, vocab): the
+// block leaves its row untouched.
+__device__ __forceinline__ bool target_in_vocab(int32_t target, int64_t vocab, int64_t row, BadIdFlag* bad_id) {
   if (target >= 0 && target < vocab) return true;
-  if (threadIdx.x == 0) atomicMin(bad_row, static_cast<int>(row));
+  if (threadIdx.x == 0) detail::report_bad_id(bad_id, row, target);
   return false;
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     cross_entropy_kernel(T* logits, void* losses, ElemType losses_type, const int32_t* targets, int64_t padded_vocab,
-                         int64_t vocab, bool packed, bool write_dlogits, float dloss, int* bad_row) {
+                         int64_t vocab, bool packed, bool write_dlogits, float dloss, BadIdFlag* bad_id) {
   constexpr int kWarps = kCrossEntropyThreads / 32;
   __shared__ MaxSum warp_totals[kWarps];
   __shared__ MaxSum row_total;
   using P = Pack<T>;
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
-  if (!target_in_vocab(target, vocab, row, bad_row)) return;
+  if (!target_in_vocab(target, vocab, row, bad_id)) return;
   T* x = logits + row * padded_vocab;
   MaxSum local{-INFINITY, 0.0f};
   if (packed) {
@@ -145,13 +145,13 @@ __device__ __forceinline__ uint32_t bits_of(float f) {
 template <typename T>
 __global__ void __launch_bounds__(kOnePassThreads)
     cross_entropy_one_pass_kernel(T* logits, void* losses, ElemType losses_type, const int32_t* targets,
-                                  int64_t padded_vocab, int64_t vocab, bool write_dlogits, float dloss, int* bad_row) {
+                                  int64_t padded_vocab, int64_t vocab, bool write_dlogits, float dloss, BadIdFlag* bad_id) {
   static_assert(sizeof(T) == 2, "the one-pass kernel holds 16-bit rows");
   constexpr int kPerPack = 8;
   __shared__ float scratch[kOnePassThreads / 32];
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
-  if (!target_in_vocab(target, vocab, row, bad_row)) return;
+  if (!target_in_vocab(target, vocab, row, bad_id)) return;
   T* x = logits + row * padded_vocab;
   const float target_logit = to_float(x[target]);  // read before any thread writes the row
   const int64_t packs = padded_vocab / kPerPack;
@@ -246,7 +246,7 @@ template <typename T>
 __global__ void __launch_bounds__(kCrossEntropyThreads)
     slice_sum_exp_kernel(float* stats, const T* logits, const float* row_max, const int32_t* targets, int64_t rows,
                          int64_t cols, int64_t real, int64_t vocab_start, int64_t vocab_size, bool packed,
-                         int* bad_row) {
+                         BadIdFlag* bad_id) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const T* x = logits + row * cols;
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   sum = detail::block_sum<kCrossEntropyThreads>(sum, scratch);  // a fixed tree: repeats bit for bit
   if (threadIdx.x != 0) return;
   const int32_t target = targets[row];
-  if (target < 0 || target >= vocab_size) atomicMin(bad_row, static_cast<int>(row));
+  if (target < 0 || target >= vocab_size) detail::report_bad_id(bad_id, row, target);
   const int64_t local = static_cast<int64_t>(target) - vocab_start;
   stats[row] = sum;
   stats[rows + row] = local >= 0 && local < real ? to_float(x[local]) : 0.0f;
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
 
 cudaError_t softmax_cross_entropy(void* logits, ElemType type, void* losses, ElemType losses_type,
                                   const int32_t* targets, int64_t rows, int64_t padded_vocab, int64_t vocab,
-                                  bool write_dlogits, float dloss, int* bad_row, cudaStream_t stream) {
+                                  bool write_dlogits, float dloss, BadIdFlag* bad_id, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   const bool packed = aligned16(logits) && padded_vocab % pack_width(type) == 0;
   return detail::dispatch_float(type, [&](auto tag) {
@@ -307,13 +307,13 @@ cudaError_t softmax_cross_entropy(void* logits, ElemType type, void* losses, Ele
       // 16-bit rows of up to kOnePassPacks packs per thread fit in registers: one pass.
       if (packed && padded_vocab <= int64_t{kOnePassThreads} * kOnePassPacks * 8 && !use_previous_kernels()) {
         cross_entropy_one_pass_kernel<T><<<static_cast<unsigned>(rows), kOnePassThreads, 0, stream>>>(
-            static_cast<T*>(logits), losses, losses_type, targets, padded_vocab, vocab, write_dlogits, dloss, bad_row);
+            static_cast<T*>(logits), losses, losses_type, targets, padded_vocab, vocab, write_dlogits, dloss, bad_id);
         return cudaGetLastError();
       }
     }
     cross_entropy_kernel<T><<<static_cast<unsigned>(rows), kCrossEntropyThreads, 0, stream>>>(
         static_cast<T*>(logits), losses, losses_type, targets, padded_vocab, vocab, packed, write_dlogits, dloss,
-        bad_row);
+        bad_id);
     return cudaGetLastError();
   });
 }
@@ -332,14 +332,15 @@ cudaError_t vocab_parallel_max(float* row_max, const void* logits, ElemType type
 
 cudaError_t vocab_parallel_sum_exp(float* stats, const void* logits, ElemType type, const float* row_max,
                                    const int32_t* targets, int64_t rows, int64_t cols, int64_t real,
-                                   int64_t vocab_start, int64_t vocab_size, int* bad_row, cudaStream_t stream) {
+                                   int64_t vocab_start, int64_t vocab_size, BadIdFlag* bad_id,
+                                   cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   const bool packed = aligned16(logits) && cols % pack_width(type) == 0;
   return detail::dispatch_float(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     slice_sum_exp_kernel<T><<<static_cast<unsigned>(rows), kCrossEntropyThreads, 0, stream>>>(
         stats, static_cast<const T*>(logits), row_max, targets, rows, cols, real, vocab_start, vocab_size, packed,
-        bad_row);
+        bad_id);
     return cudaGetLastError();
   });
 }

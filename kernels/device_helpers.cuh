@@ -45,6 +45,12 @@ __device__ __forceinline__ void store_any(void* p, ElemType type, int64_t i, flo
   }
 }
 
+// Reports an out-of-range id at `row` (see BadIdFlag): the smallest row, with its id, wins. A
+// null flag (ids the host already checked) reports nothing.
+__device__ __forceinline__ void report_bad_id(BadIdFlag* flag, int64_t row, int32_t id) {
+  if (flag) atomicMin(flag, (static_cast<BadIdFlag>(row) << 32) | static_cast<uint32_t>(id));
+}
+
 // 16 bytes of T, loaded and stored with one vector instruction.
 template <typename T>
 struct alignas(16) Pack {

@@ -20,17 +20,18 @@ using detail::to_float;
 constexpr int kRowThreads = 128;
 
 // Row `row` holds wte[id − vocab_start] + wpe[t]. An id outside the table's rows is reported
-// through bad_row, or (bad_row null: the table is one rank's vocabulary slice) gives a zero row;
+// through bad_id, or (bad_id null: the table is one rank's vocabulary slice) gives a zero row;
 // wpe null adds no positions.
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t seq,
                                          int64_t channels, int64_t vocab, int64_t vocab_start, bool packed,
-                                         int* bad_row) {
+                                         BadIdFlag* bad_id) {
   const int64_t row = blockIdx.x;
-  const int64_t local = static_cast<int64_t>(tokens[row]) - vocab_start;
+  const int32_t id = tokens[row];
+  const int64_t local = static_cast<int64_t>(id) - vocab_start;
   const bool inside = local >= 0 && local < vocab;
-  if (!inside && bad_row) {
-    if (threadIdx.x == 0) atomicMin(bad_row, static_cast<int>(row));
+  if (!inside && bad_id) {
+    if (threadIdx.x == 0) detail::report_bad_id(bad_id, row, id);
     return;
   }
   const int64_t t = row % seq;
@@ -229,7 +230,7 @@ SortLayout sort_layout(int64_t n, int64_t vocab, int64_t channels) {
 
 cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, ElemType type,
                               int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int64_t vocab_start,
-                              int* bad_row, cudaStream_t stream) {
+                              BadIdFlag* bad_id, cudaStream_t stream) {
   const int64_t rows = batch * seq;
   if (rows <= 0 || channels <= 0) return cudaSuccess;
   const bool packed = aligned16(out) && aligned16(wte) && aligned16(wpe) &&
@@ -238,7 +239,7 @@ cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte,
     using T = typename decltype(tag)::type;
     embedding_forward_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
         static_cast<T*>(out), tokens, static_cast<const T*>(wte), static_cast<const T*>(wpe), seq, channels, vocab,
-        vocab_start, packed, bad_row);
+        vocab_start, packed, bad_id);
     return cudaGetLastError();
   });
 }

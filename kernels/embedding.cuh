@@ -10,9 +10,6 @@
 
 namespace strata::cuda {
 
-// Value of the device flag meaning "every id was in range" (the host memsets it with 0x7f).
-constexpr int kNoBadRow = 0x7f7f7f7f;
-
 // Bits the radix sort must look at for ids in [0, vocab] (vocab itself marks bad ids).
 inline int embedding_sort_bits(int64_t vocab) {
   int bits = 1;
@@ -22,12 +19,11 @@ inline int embedding_sort_bits(int64_t vocab) {
 
 // out (B·T, C) = wte[tokens − vocab_start] + wpe[t]; out, wte, wpe share `type`; wte has `vocab`
 // rows: the whole table (vocab_start 0) or a rank's vocabulary slice. A row whose id is outside
-// [vocab_start, vocab_start + vocab) is, with bad_row, left unwritten and *bad_row lowered to that
-// row (atomicMin on an int); without bad_row (a slice: another rank holds the id) written as 0
-// plus its position. wpe may be null: no position added.
+// [vocab_start, vocab_start + vocab) is, with bad_id, left unwritten and reported in *bad_id (see
+// BadIdFlag); without bad_id (a slice: another rank holds the id) written as 0 plus its position. wpe may be null: no position added.
 cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, ElemType type,
                               int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int64_t vocab_start,
-                              int* bad_row, cudaStream_t stream);
+                              BadIdFlag* bad_id, cudaStream_t stream);
 
 // Sorted positions per piece: the embedding backward's order (src/backend/backend.h,
 // kEmbeddingGradPiece, which the CUDA backend checks equal): a row's positions are cut wherever

@@ -17,6 +17,14 @@ inline size_t elem_size(ElemType type) { return type == ElemType::F32 ? 4 : 2; }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A device flag naming the first out-of-range token or target id an op met: (row << 32) | the
+// id's 32 bits, lowered with a 64-bit atomicMin, so the smallest row wins and brings its id
+// along (the host reads the flag once per step, when the ids may already be overwritten).
+using BadIdFlag = unsigned long long;
+constexpr BadIdFlag kNoBadId = ~BadIdFlag{0};  // every id was in range (the host memsets 0xff)
+inline int64_t bad_id_row(BadIdFlag flag) { return static_cast<int64_t>(flag >> 32); }
+inline int32_t bad_id_value(BadIdFlag flag) { return static_cast<int32_t>(static_cast<uint32_t>(flag)); }
+
 // Threads per block and the largest grid used by the grid-stride elementwise kernels.
 constexpr int kElementwiseThreads = 256;
 constexpr int64_t kElementwiseMaxBlocks = 8192;

@@ -84,7 +84,9 @@ class Backend {
   // Starts a new high-water mark at what is allocated now (e.g. after set-up).
   virtual void reset_peak_memory() = 0;
   // Returns once every op issued so far has finished (ops may run asynchronously on a device;
-  // on the CPU they have already finished). For timings.
+  // on the CPU they have already finished): for timings, and before reading what copy_async
+  // wrote. A bad token or target id found on the device by an op since the last wait throws
+  // its UserError here (see embedding_forward).
   virtual void synchronize() = 0;
   // The CUDA stream (a cudaStream_t) the backend enqueues its ops on, so that other CUDA work
   // (NCCL collectives) can be ordered after them; nullptr for a backend whose ops finish
@@ -95,7 +97,15 @@ class Backend {
   // Zero-filled memory on this backend's device, 256-byte aligned.
   virtual Buffer allocate(size_t bytes) = 0;
   // dst = src, same dtype and numel; either side may be host memory or this device's memory.
+  // Returns when the host side may be reused (a copy to the host waits for the device).
   virtual void copy(Tensor src, Tensor dst) = 0;
+  // Host memory for copy_async's host side (Device::CPU, 256-byte aligned, zero-filled):
+  // page-locked on a device, so a copy to or from it does not hold the host thread.
+  virtual Buffer allocate_host(size_t bytes) = 0;
+  // dst = src as copy does, but in the backend's order of ops: the copy has landed once
+  // synchronize() returns, and the host side (from allocate_host) must not be read or written
+  // before then. What the hot path uses to bring values back without waiting for them.
+  virtual void copy_async(Tensor src, Tensor dst) = 0;
   // dst = src converted between F32, BF16 and F16 (round to nearest even); same numel.
   virtual void cast(Tensor src, Tensor dst) = 0;
   virtual void zero(Tensor t) = 0;                 // any dtype
@@ -148,7 +158,9 @@ class Backend {
                                   int n_head) = 0;
 
   // out (B, T, C) = wte[tokens[b, t]] + wpe[t]; tokens (B, T) I32; wte (V, C); wpe (≥T, C).
-  // Overwrites. A token id outside [0, V) throws UserError.
+  // Overwrites. A token id outside [0, V) throws UserError: at once for host tokens; for tokens
+  // in device memory, at the latest by the next synchronize() or copy to the host (a device
+  // checks them without waiting; the message names the op, the id and its position).
   virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
   // dwte, dwpe accumulate dout (B, T, C) in a fixed order (deterministic): dwpe over b in order;
   // each dwte row in pieces (kEmbeddingGradPiece), the order every backend shares bit for bit.
@@ -168,7 +180,8 @@ class Backend {
   // vocab_size columns are real (the padding is masked out). targets (N) I32.
   // losses (N), optional, overwritten with logsumexp(logits[n, :V]) − logits[n, target].
   // write_dlogits: logits are replaced by dlogits = dloss · (softmax − onehot(target)) over
-  // the real columns and 0 over the padding. A target outside [0, V) throws UserError.
+  // the real columns and 0 over the padding. A target outside [0, V) throws UserError (device
+  // targets: as for embedding_forward's tokens).
   virtual void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size,
                                      bool write_dlogits, float dloss) = 0;
 

@@ -4,6 +4,7 @@
 // in one arena (gpt_arena.cpp); the hand-written backward is in gpt_backward.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -312,10 +313,13 @@ float Gpt::forward_for_backward(const int32_t* tokens, const int32_t* targets, i
 
 float Gpt::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T, bool write_dlogits, float dloss) {
   if (!tokens || !targets) throw std::invalid_argument("Gpt::forward needs both tokens and targets");
-  return forward_chunk(tokens, targets, B, T, write_dlogits, dloss);
+  if (!chunk_.head) throw std::logic_error("Gpt::forward: this chunk has no head; use forward_chunk");
+  take_losses();  // whatever was logged before is not this call's
+  forward_chunk(tokens, targets, B, T, write_dlogits, dloss);
+  return take_losses().back();
 }
 
-float Gpt::forward_chunk(const int32_t* tokens, const int32_t* targets, int B, int T, bool for_backward, float dloss) {
+void Gpt::forward_chunk(const int32_t* tokens, const int32_t* targets, int B, int T, bool for_backward, float dloss) {
   check_batch(B, T);
   if (chunk_.embedding && !tokens) throw std::invalid_argument("Gpt::forward_chunk: the first chunk needs tokens");
   if (chunk_.head && !targets) throw std::invalid_argument("Gpt::forward_chunk: the last chunk needs targets");
@@ -323,10 +327,9 @@ float Gpt::forward_chunk(const int32_t* tokens, const int32_t* targets, int B, i
   const Batch b = batch_of(B, T);
   load_tokens(chunk_.embedding ? tokens : nullptr, chunk_.head ? targets : nullptr, b);
   run_forward(b);
-  float loss = 0.0f;
   if (chunk_.head) {
     loss_forward(b, for_backward, dloss);
-    loss = mean_loss(b);
+    log_losses(b);
   }
   backward_ready_ = true;
   last_batch_ = b;
@@ -334,7 +337,6 @@ float Gpt::forward_chunk(const int32_t* tokens, const int32_t* targets, int B, i
     dlogits_ready_ = true;
     dlogits_weight_ = dloss;
   }
-  return loss;
 }
 
 Tensor Gpt::chunk_input(int B, int T) const {
@@ -350,12 +352,35 @@ Tensor Gpt::chunk_output_grad(int B, int T) const {
   return act(arena_.dresidual, {batch_of(B, T).local, dims_.d_model});
 }
 
-float Gpt::mean_loss(const Batch& b) {
-  host_losses_.resize(static_cast<size_t>(b.rows));
-  backend_.copy(act(arena_.losses, {b.rows}, DType::F32), Tensor(host_losses_.data(), DType::F32, {b.rows}, Device::CPU));
-  double sum = 0.0;
-  for (float l : host_losses_) sum += l;
-  return static_cast<float>(sum / static_cast<double>(host_losses_.size()));
+void Gpt::log_losses(const Batch& b) {
+  const int64_t needed = logged_count_ + b.rows;
+  if (static_cast<size_t>(needed) * sizeof(float) > logged_losses_.bytes()) {
+    // Rare (the first step, or a longer one): the queued copies must land before the move.
+    backend_.synchronize();
+    Buffer grown = backend_.allocate_host(static_cast<size_t>(std::max(needed, 2 * logged_count_)) * sizeof(float));
+    if (logged_count_ > 0) std::memcpy(grown.data(), logged_losses_.data(), static_cast<size_t>(logged_count_) * sizeof(float));
+    logged_losses_ = std::move(grown);
+  }
+  auto* slot = static_cast<float*>(logged_losses_.data()) + logged_count_;
+  backend_.copy_async(act(arena_.losses, {b.rows}, DType::F32), Tensor(slot, DType::F32, {b.rows}, Device::CPU));
+  logged_rows_.push_back(b.rows);
+  logged_count_ = needed;
+}
+
+std::vector<float> Gpt::take_losses() {
+  std::vector<float> means;
+  if (logged_rows_.empty()) return means;
+  backend_.synchronize();
+  const float* losses = static_cast<const float*>(logged_losses_.data());
+  for (int64_t rows : logged_rows_) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < rows; ++i) sum += losses[i];
+    means.push_back(static_cast<float>(sum / static_cast<double>(rows)));
+    losses += rows;
+  }
+  logged_rows_.clear();
+  logged_count_ = 0;
+  return means;
 }
 
 Tensor Gpt::forward_logits(const int32_t* tokens, int B, int T) {

@@ -283,9 +283,10 @@ class Gpt {
   void init_weights(uint64_t seed);
 
   // tokens/targets: (B, T) int32 row-major host arrays, B ≤ max_batch, T ≤ seq_len.
-  // Returns the mean loss over the B·T tokens. Token ids ≥ vocab_size throw UserError. Under
-  // tensor parallelism every rank of the group calls it with the same batch (and gets the same
-  // loss).
+  // Returns the mean loss over the B·T tokens (waiting for the device: for evaluation and
+  // tests; training logs its losses, see forward_chunk). Token ids ≥ vocab_size throw
+  // UserError. Under tensor parallelism every rank of the group calls it with the same batch
+  // (and gets the same loss). Losses logged and not yet taken are dropped.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   // forward for training: the same loss, and in the same pass over the logits the gradient
   // of the loss with weight `dloss` per token, which the following backward(dloss) uses (one
@@ -313,11 +314,16 @@ class Gpt {
   // ---- pipeline chunks ----
   const GptChunk& chunk() const { return chunk_; }
   // Runs the chunk on a (B, T) micro-batch: from `tokens` through the embeddings (first chunk),
-  // else from chunk_input(); to the loss with `targets` (last chunk: returns the mean loss, and
-  // with for_backward the dlogits of weight dloss), else into chunk_output(). backward_chunk
-  // then runs the chunk's backward from the loss (last chunk) or from chunk_output_grad(),
-  // leaving the gradient of the chunk's input in chunk_input_grad() (not the first chunk).
-  float forward_chunk(const int32_t* tokens, const int32_t* targets, int B, int T, bool for_backward, float dloss);
+  // else from chunk_input(); to the loss with `targets` (last chunk: the per-token losses are
+  // logged, and with for_backward the dlogits of weight dloss written), else into
+  // chunk_output(). backward_chunk then runs the chunk's backward from the loss (last chunk) or
+  // from chunk_output_grad(), leaving the gradient of the chunk's input in chunk_input_grad()
+  // (not the first chunk). Nothing here waits for the device.
+  void forward_chunk(const int32_t* tokens, const int32_t* targets, int B, int T, bool for_backward, float dloss);
+  // The mean loss of each micro-batch the last chunk has logged since the previous call, in
+  // order, and an empty log. Waits for the device: call it once per step (the hot path's one
+  // read-back of losses).
+  std::vector<float> take_losses();
   void backward_chunk(float dloss, bool complete_partial_grads = true);
   // (local rows, C) in dtype(): this rank's rows of the residual stream under SP, else B·T.
   Tensor chunk_input(int B, int T) const;
@@ -427,15 +433,19 @@ class Gpt {
   GptArenaLayout arena_;  // byte offsets of the activations, fixed for (max_batch, seq_len)
 
   // Forward, the per-token losses, optionally dlogits (weight dloss) in the same pass; returns
-  // the mean loss.
+  // the mean loss (waiting for it).
   float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T, bool write_dlogits, float dloss);
-  // The mean of the losses just computed (reading them back to the host).
-  float mean_loss(const Batch& batch);
+  // Queues the copy of the losses just computed into the loss log, growing it when full.
+  void log_losses(const Batch& batch);
   bool backward_ready_ = false;
   bool dlogits_ready_ = false;  // forward_for_backward wrote dlogits for dlogits_weight_
   float dlogits_weight_ = 0.0f;
   Batch last_batch_;
-  std::vector<float> host_losses_;
+  // The loss log: per-token losses of the micro-batches since take_losses(), copied to host
+  // memory in the backend's order of ops (copy_async), read after one wait.
+  Buffer logged_losses_;                // F32, backend_.allocate_host
+  std::vector<int64_t> logged_rows_;    // tokens of each logged micro-batch, in order
+  int64_t logged_count_ = 0;            // floats used in logged_losses_
   std::vector<int32_t> padded_ids_;  // host staging of token/target ids with the SP pad rows
 };
 

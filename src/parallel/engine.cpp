@@ -241,7 +241,7 @@ void Engine::begin_step(int micro_batches) {
   times_.backward += phase_seconds(t);
 }
 
-float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
+void Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss) {
   if (micro_index_ >= micro_batches_) throw std::logic_error("Engine::micro_step: more micro-batches than announced");
   if (pp_) throw std::logic_error("Engine::micro_step: a pipeline runs its micro-batches in pipeline_step");
   const bool last = micro_index_ + 1 == micro_batches_;
@@ -258,7 +258,7 @@ float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, i
   const double tp_wait_before = tp_->wait_seconds();
   // The scale is a power of two (or 1), so scaling dloss adds no rounding of its own.
   const float scaled_dloss = static_cast<float>(dloss * loss_scaler_.scale());
-  const float loss = model_->forward_for_backward(tokens, targets, B, T, scaled_dloss);
+  model_->forward_chunk(tokens, targets, B, T, /*for_backward=*/true, scaled_dloss);
   times_.forward += phase_seconds(t);
   t.reset();
   // Gradients SP leaves partial per TP rank are completed once they hold every micro-batch that
@@ -273,7 +273,6 @@ float Engine::micro_step(const int32_t* tokens, const int32_t* targets, int B, i
   reducing_ = false;
   times_.backward += phase_seconds(t);
   ++micro_index_;
-  return loss;
 }
 
 void Engine::on_grad_ready(int group) {
@@ -340,6 +339,7 @@ void Engine::finish_reduction() {
 
 void Engine::abandon_step() {
   finish_reduction();
+  take_step_losses();  // the micro-batches that ran are not a step's losses
   micro_index_ = micro_batches_;
 }
 

@@ -102,16 +102,15 @@ void Engine::communicate(const PipeAction& action, int B, int T, int below) {
   times_.pipe_wait += wait.seconds();
 }
 
-std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& tokens,
-                                         const std::vector<const int32_t*>& targets, int B, int T, float dloss,
-                                         const PipelineStop& stop) {
+void Engine::pipeline_step(const std::vector<const int32_t*>& tokens, const std::vector<const int32_t*>& targets,
+                           int B, int T, float dloss, const PipelineStop& stop) {
   if (!pp_) throw std::logic_error("Engine::pipeline_step without a pipeline");
   const int m = static_cast<int>(tokens.size());
   if (m != micro_batches_ || m != shape_.micro_batches || micro_index_ != 0 || targets.size() != tokens.size()) {
     throw std::logic_error("Engine::pipeline_step: begin_step with the pipeline's micro-batch count first");
   }
   const float scaled_dloss = static_cast<float>(dloss * loss_scaler_.scale());
-  std::vector<float> losses(static_cast<size_t>(m), 0.0f);
+  logged_heads_.clear();
   const double tp_wait_before = tp_->wait_seconds();
   // Measured, the stages start the table together, so that the longest run is the span of the
   // pipeline (the bubble's denominator) rather than that plus the stages' skew.
@@ -136,8 +135,8 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
     const size_t mb = static_cast<size_t>(a.micro_batch);
     const Timer t;
     if (a.kind == PipeAction::Kind::Forward) {
-      const float loss = g.forward_chunk(tokens[mb], targets[mb], B, T, true, scaled_dloss);
-      if (g.chunk().head) losses[mb] = loss;
+      g.forward_chunk(tokens[mb], targets[mb], B, T, true, scaled_dloss);
+      if (g.chunk().head) logged_heads_.emplace_back(&g, a.micro_batch);
       pad_to(backend_, t, settings_.pipeline.forward_seconds);
       times_.forward += phase_seconds(t);
       continue;
@@ -152,7 +151,7 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
   if (stop.vote) stop.vote->finish();
   times_.tp_wait += tp_->wait_seconds() - tp_wait_before;
   times_.pipeline += run.seconds();
-  if (stopped_before_ < m) return losses;  // the caller abandons the step
+  if (stopped_before_ < m) return;  // the caller abandons the step
   const Timer t;
   switch (settings_.zero_stage) {
     case 0:
@@ -169,6 +168,24 @@ std::vector<float> Engine::pipeline_step(const std::vector<const int32_t*>& toke
   }
   times_.backward += phase_seconds(t);
   micro_index_ = m;
+}
+
+std::vector<float> Engine::take_step_losses() {
+  if (!pp_) return model_->take_losses();
+  std::vector<float> losses(static_cast<size_t>(micro_batches_), 0.0f);
+  // Each slot's model logged its micro-batches in the order logged_heads_ lists them.
+  struct Taken {
+    Gpt* model;
+    std::vector<float> means;
+    size_t next = 0;
+  };
+  std::vector<Taken> taken;
+  for (const auto& [model, micro_batch] : logged_heads_) {
+    auto it = std::find_if(taken.begin(), taken.end(), [m = model](const Taken& t) { return t.model == m; });
+    if (it == taken.end()) it = taken.insert(taken.end(), Taken{model, model->take_losses()});
+    losses[static_cast<size_t>(micro_batch)] = it->means.at(it->next++);
+  }
+  logged_heads_.clear();
   return losses;
 }
 
@@ -229,7 +246,10 @@ void Engine::forward_through_stages(const int32_t* tokens, int B, int T, const s
 float Engine::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
   if (!pp_) return model_->forward(tokens, targets, B, T);
   float loss = 0.0f;
-  forward_through_stages(tokens, B, T, [&](Gpt& g) { loss = g.forward_chunk(tokens, targets, B, T, false, 0.0f); });
+  forward_through_stages(tokens, B, T, [&](Gpt& g) {
+    g.forward_chunk(tokens, targets, B, T, false, 0.0f);
+    loss = g.take_losses().back();
+  });
   return loss;
 }
 

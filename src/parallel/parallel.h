@@ -229,22 +229,23 @@ class Engine {
   void init_weights(uint64_t seed);
 
   // One optimizer step: begin_step, micro_step per micro-batch (the count given to begin_step),
-  // finish_reduction, apply.
+  // finish_reduction, apply, then take_step_losses.
   void begin_step(int micro_batches);
-  // Forward and backward of one micro-batch (B, T); returns its mean loss. dloss is the weight
-  // of each token's loss in the global objective (1 / tokens of the global batch); with fp16
-  // the backward runs on dloss × loss scale.
-  float micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss);
+  // Forward and backward of one micro-batch (B, T), its losses logged (take_step_losses). dloss
+  // is the weight of each token's loss in the global objective (1 / tokens of the global
+  // batch); with fp16 the backward runs on dloss × loss scale.
+  void micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss);
   // Pipeline parallelism: every micro-batch of the step (begin_step(tokens.size()) first) through
   // this rank's schedule table, then the gradient reductions (those of finish_reduction
-  // included). Returns the micro-batches' mean losses on the last stage (zeros elsewhere).
-  // With a `stop`, the ranks vote on local_stop() as the table reaches each micro-batch (see
+  // included); the last stage logs the losses (take_step_losses). With a `stop`, the ranks vote on local_stop() as the table reaches each micro-batch (see
   // pipe_stop_vote_lag): when a vote says stop, every rank finishes only the micro-batches before
   // the same one and returns without reducing; pipeline_stopped_before() then says which, and
   // the caller abandons the step.
-  std::vector<float> pipeline_step(const std::vector<const int32_t*>& tokens,
-                                   const std::vector<const int32_t*>& targets, int B, int T, float dloss,
-                                   const PipelineStop& stop = {});
+  void pipeline_step(const std::vector<const int32_t*>& tokens, const std::vector<const int32_t*>& targets, int B,
+                     int T, float dloss, const PipelineStop& stop = {});
+  // The mean loss of each micro-batch of the step, in order (zeros on a pipeline stage without
+  // the loss), read back in one wait for the device: the step's one read-back of losses.
+  std::vector<float> take_step_losses();
   int pipeline_stopped_before() const { return stopped_before_; }
   // Inference through every stage (all ranks of the pipeline call it): the mean loss of a batch
   // (on the last stage; 0 elsewhere), and the last position's logits (vocab_size values) for a
@@ -363,6 +364,9 @@ class Engine {
   std::unique_ptr<FlatParamStore> flat_store_;      // stages 0-2
   std::unique_ptr<ShardedParamStore> sharded_store_;  // stage 3
   std::vector<std::unique_ptr<Gpt>> models_;  // chunk c, slot k at c · slots_ + k
+  // The head chunk's forwards of this step in the order they ran: which slot's model logged
+  // which micro-batch's losses.
+  std::vector<std::pair<Gpt*, int>> logged_heads_;
   Gpt* model_ = nullptr;
   std::unique_ptr<AdamW> optimizer_;
   Comm* pp_ = nullptr;

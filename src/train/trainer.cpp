@@ -26,7 +26,6 @@ bool Trainer::train_step(StepMetrics& m) {
   // Loss is the mean over every token of the global batch; each token's gradient weight:
   const float dloss = 1.0f / static_cast<float>(static_cast<double>(cfg_.derived.global_batch) * seq);
   engine_.begin_step(gas);
-  std::vector<float> losses;
   if (engine_.pipeline_stages() > 1) {
     // The pipeline runs the step's micro-batches together; the ranks vote on a stop as it reaches
     // each one, and stop together part-way.
@@ -37,7 +36,7 @@ bool Trainer::train_step(StepMetrics& m) {
       tokens.push_back(b.tokens.data());
       targets.push_back(b.targets.data());
     }
-    losses = engine_.pipeline_step(tokens, targets, micro, seq, dloss, {stop_vote_.get(), [] { return stop_requested(); }});
+    engine_.pipeline_step(tokens, targets, micro, seq, dloss, {stop_vote_.get(), [] { return stop_requested(); }});
     if (engine_.pipeline_stopped_before() < gas) {
       engine_.abandon_step();
       abandoned_after_ = engine_.pipeline_stopped_before();
@@ -53,7 +52,7 @@ bool Trainer::train_step(StepMetrics& m) {
       return false;
     }
     const MicroBatch batch = loader_->next();
-    losses.push_back(engine_.micro_step(batch.tokens.data(), batch.targets.data(), micro, seq, dloss));
+    engine_.micro_step(batch.tokens.data(), batch.targets.data(), micro, seq, dloss);
   }
   engine_.finish_reduction();
   if (state_.step == 0 && !options_.dump_grads_path.empty() && mpi_.world_rank() == 0) {
@@ -62,6 +61,7 @@ bool Trainer::train_step(StepMetrics& m) {
   }
   const double lr = schedule_.current_lr();
   const StepOutcome outcome = engine_.apply(lr);
+  const std::vector<float> losses = engine_.take_step_losses();  // after the step's last op: one wait
   // DeepSpeed: a step skipped for an fp16 overflow does not advance the LR schedule either; nor
   // does any other step skipped for a non-finite gradient.
   if (!outcome.skipped) schedule_.advance();

@@ -36,9 +36,14 @@ class LaggingBackend final : public Backend {
   MemoryStats memory_stats() const override { return inner_->memory_stats(); }
   double peak_flops() const override { return 0.0; }
   void reset_peak_memory() override { inner_->reset_peak_memory(); }
-  void synchronize() override { std::this_thread::sleep_until(busy_until_); }
+  void synchronize() override {
+    std::this_thread::sleep_until(busy_until_);
+    inner_->synchronize();
+  }
   void* cuda_stream() const override { return nullptr; }
   Buffer allocate(size_t bytes) override { return inner_->allocate(bytes); }
+  Buffer allocate_host(size_t bytes) override { return inner_->allocate_host(bytes); }
+  void copy_async(Tensor src, Tensor dst) override { inner_->copy_async(src, dst); }
   void copy(Tensor src, Tensor dst) override {
     inner_->copy(src, dst);
     if (src.device == Device::CPU || dst.device == Device::CPU) synchronize();  // the host reuses its side

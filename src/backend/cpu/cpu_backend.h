@@ -31,6 +31,9 @@ class CpuBackend final : public Backend {
 
   Buffer allocate(size_t bytes) override;
   void copy(Tensor src, Tensor dst) override;
+  // Host memory is this backend's memory: allocate_host is allocate, copy_async is copy.
+  Buffer allocate_host(size_t bytes) override { return allocate(bytes); }
+  void copy_async(Tensor src, Tensor dst) override { copy(src, dst); }
   void cast(Tensor src, Tensor dst) override;
   void zero(Tensor t) override;
   void fill(Tensor t, float value) override;

@@ -15,6 +15,12 @@ void throw_target_error(int64_t target, int64_t row, int64_t vocab) {
                   "): the data was encoded with a larger vocabulary than model.vocab_size");
 }
 
+void throw_token_error(int64_t id, int64_t row, int64_t seq, int64_t vocab) {
+  throw UserError("token id " + std::to_string(id) + " at batch row " + std::to_string(row / seq) + ", position " +
+                  std::to_string(row % seq) + " is outside the embedding table [0, " + std::to_string(vocab) +
+                  "): the data was encoded with a larger vocabulary than model.vocab_size");
+}
+
 void require_device(const char* op, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
     if (t->defined()) require(t->device == Device::CUDA, op, "a tensor is not in CUDA device memory");

@@ -22,6 +22,9 @@ float* f32_or_null(const Tensor& t, const char* op, const char* what);
 
 // The UserError for a target id outside [0, vocab) at `row` (as the CPU backend words it).
 [[noreturn]] void throw_target_error(int64_t target, int64_t row, int64_t vocab);
+// The UserError for a token id outside the embedding table [0, vocab) at flat `row` of rows of
+// `seq` positions.
+[[noreturn]] void throw_token_error(int64_t id, int64_t row, int64_t seq, int64_t vocab);
 
 // The fp32 scalars of an AdamW step, rounded exactly as the CPU backend rounds them.
 AdamWScalars adamw_scalars(const AdamWArgs& args);

@@ -12,6 +12,7 @@
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/host_sync.h"
 #include "elementwise.cuh"
 #include "embedding.cuh"
 #include "reduce.cuh"
@@ -25,12 +26,6 @@ static_assert(kEmbeddingPieceRows == kEmbeddingGradPiece,
               "the embedding backward's pieces are the order every backend shares (backend.h)");
 
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-[[noreturn]] void throw_token_error(int64_t id, int64_t row, int64_t seq, int64_t vocab) {
-  throw UserError("token id " + std::to_string(id) + " at batch row " + std::to_string(row / seq) + ", position " +
-                  std::to_string(row % seq) + " is outside the embedding table [0, " + std::to_string(vocab) +
-                  "): the data was encoded with a larger vocabulary than model.vocab_size");
-}
 
 }  // namespace
 
@@ -53,8 +48,8 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
   device_name_ = prop.name;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<GemmRunner>(stream_, kGemmWorkspaceBytes);
-  bad_row_device_ = static_cast<int*>(device_alloc(256));
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&bad_row_host_), sizeof(int)));
+  uploads_ = std::make_unique<StagedUploads>(stream_);
+  id_checks_ = std::make_unique<DeferredIdChecks>(stream_);
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&result_host_), sizeof(double)));
 }
 
@@ -63,15 +58,26 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_.reset();
   device_free(scratch_);
-  device_free(bad_row_device_);
-  if (bad_row_host_) cudaFreeHost(bad_row_host_);
+  uploads_.reset();
+  id_checks_.reset();
   if (result_host_) cudaFreeHost(result_host_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
 std::string CudaBackend::name() const { return "cuda:" + std::to_string(device_index_) + " (" + device_name_ + ")"; }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() { wait(); }
+
+void CudaBackend::wait() {
+  id_checks_->before_wait();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  id_checks_->after_wait();
+}
+
+BadIdFlag* CudaBackend::id_flag(bool targets, int64_t seq, int64_t vocab) {
+  if (id_checks_->full()) wait();
+  return id_checks_->flag_for(targets ? DeferredIdChecks::Ids::Targets : DeferredIdChecks::Ids::Tokens, seq, vocab);
+}
 
 void CudaBackend::set_allow_tf32(bool allow) { gemm_->set_allow_tf32(allow); }
 
@@ -104,19 +110,10 @@ void* CudaBackend::scratch(size_t bytes) {
   return scratch_;
 }
 
-void CudaBackend::reset_bad_row() {
-  CUDA_CHECK(cudaMemsetAsync(bad_row_device_, 0x7f, sizeof(int), stream_));  // kNoBadRow
-}
-
-int64_t CudaBackend::bad_row_after() {
-  CUDA_CHECK(cudaMemcpyAsync(bad_row_host_, bad_row_device_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return *bad_row_host_ == kNoBadRow ? -1 : *bad_row_host_;
-}
-
 void CudaBackend::upload_ids(void* dst, const int32_t* ids, size_t bytes) {
+  if (uploads_->upload(dst, ids, bytes)) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, ids, bytes, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse `ids` once we return
 }
 
 const int32_t* CudaBackend::device_ids(const Tensor& ids, void* staging) {
@@ -125,26 +122,45 @@ const int32_t* CudaBackend::device_ids(const Tensor& ids, void* staging) {
   return static_cast<const int32_t*>(staging);
 }
 
-int32_t CudaBackend::device_id_at(const int32_t* p) {
-  CUDA_CHECK(cudaMemcpyAsync(bad_row_host_, p, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return *bad_row_host_;
-}
-
 Buffer CudaBackend::allocate(size_t bytes) {
   void* p = device_alloc(bytes);
   CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
   return Buffer(p, bytes, Device::CUDA, &device_free);
 }
 
-void CudaBackend::copy(Tensor src, Tensor dst) {
-  require(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy",
+namespace {
+
+// Both ends of a copy: the same dtype and element count. False when there is nothing to copy.
+bool copy_needed(const char* op, const Tensor& src, const Tensor& dst) {
+  require(src.dtype == dst.dtype && src.numel() == dst.numel(), op,
           "src " + src.shape_string() + " " + dtype_name(src.dtype) + " vs dst " + dst.shape_string() + " " +
               dtype_name(dst.dtype));
-  if (src.data == dst.data || src.bytes() == 0) return;
+  return src.data != dst.data && src.bytes() > 0;
+}
+
+void free_host(void* p) { cudaFreeHost(p); }
+
+}  // namespace
+
+void CudaBackend::copy(Tensor src, Tensor dst) {
+  if (!copy_needed("copy", src, dst)) return;
+  // The caller may reuse or read host memory as soon as we return: a small upload is staged,
+  // anything else to or from the host waits.
+  if (src.device == Device::CPU && dst.device != Device::CPU && uploads_->upload(dst.data, src.data, src.bytes())) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream_));
-  // The caller may reuse or read host memory as soon as we return.
-  if (src.device == Device::CPU || dst.device == Device::CPU) CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (src.device == Device::CPU || dst.device == Device::CPU) wait();
+}
+
+Buffer CudaBackend::allocate_host(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  std::memset(p, 0, bytes);
+  return Buffer(p, bytes, Device::CPU, &free_host);
+}
+
+void CudaBackend::copy_async(Tensor src, Tensor dst) {
+  if (!copy_needed("copy_async", src, dst)) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream_));
 }
 
 void CudaBackend::cast(Tensor src, Tensor dst) {
@@ -178,7 +194,7 @@ double CudaBackend::sum_squares(Tensor t) {
   auto* result = reinterpret_cast<double*>(base + partial_bytes);
   CUDA_CHECK(cuda::sum_squares(t.data, type, t.numel(), partials, result, stream_));
   CUDA_CHECK(cudaMemcpyAsync(result_host_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  wait();
   return *result_host_;
 }
 
@@ -222,12 +238,9 @@ void CudaBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tenso
     upload_ids(staged, ids, tokens.bytes());
     ids = staged;
   }
-  reset_bad_row();
-  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte.data, wpe.data, type, B, T, C, V, 0, bad_row_device_, stream_));
-  if (tokens.device == Device::CUDA) {
-    const int64_t row = bad_row_after();
-    if (row >= 0) throw_token_error(device_id_at(ids + row), row, T, V);
-  }
+  // Host tokens were checked above; device tokens are checked by the kernel, read at the next wait.
+  BadIdFlag* bad_id = tokens.device == Device::CPU ? nullptr : id_flag(/*targets=*/false, T, V);
+  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte.data, wpe.data, type, B, T, C, V, 0, bad_id, stream_));
 }
 
 void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {

@@ -1,7 +1,7 @@
 // Public header of src/backend/cuda: the CUDA backend (every Backend op on device tensors, on
 // one stream, with cuBLASLt GEMMs and the kernels/ library) and its factory. Built only when
-// CUDA is found (STRATA_HAVE_CUDA); ops are asynchronous except where a result or a user error
-// must reach the host (sum_squares, copies to host, token/target range checks).
+// CUDA is found (STRATA_HAVE_CUDA); ops are asynchronous except where a result must reach the
+// host (sum_squares, copies to the host, synchronize); device-side id checks are read then.
 #pragma once
 #ifdef STRATA_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -16,6 +16,8 @@ namespace strata {
 namespace cuda {
 
 class GemmRunner;
+class StagedUploads;     // host_sync.h
+class DeferredIdChecks;  // host_sync.h
 enum class GemmEpilogue : uint8_t;
 enum class AttentionBf16Operands : uint8_t;  // kernels/attention.cuh
 
@@ -42,6 +44,8 @@ class CudaBackend final : public Backend {
 
   Buffer allocate(size_t bytes) override;
   void copy(Tensor src, Tensor dst) override;
+  Buffer allocate_host(size_t bytes) override;  // cudaMallocHost
+  void copy_async(Tensor src, Tensor dst) override;
   void cast(Tensor src, Tensor dst) override;
   void zero(Tensor t) override;
   void fill(Tensor t, float value) override;
@@ -124,18 +128,15 @@ class CudaBackend final : public Backend {
   // Grow-only device scratch shared by the ops (they run in stream order, so one op's use
   // ends before the next op's kernels start); returns its base.
   void* scratch(size_t bytes);
-  // Resets the bad-row flag, to be read back by bad_row_after().
-  void reset_bad_row();
-  // Waits for the stream and returns the smallest reported bad row (or −1).
-  int64_t bad_row_after();
-  // Copies host token or target ids to device memory and waits: the caller may reuse its buffer
-  // once the op returns (an async copy from pageable or pinned memory need not have read it yet).
+  // Waits for the stream, then throws the UserError of the first bad id a device check found.
+  void wait();
+  // The device flag for one op's check of device-resident ids (see DeferredIdChecks).
+  unsigned long long* id_flag(bool targets, int64_t seq, int64_t vocab);
+  // Copies host token or target ids to device memory: the caller may reuse its buffer once the
+  // op returns (staged through page-locked memory, or waited for when too large).
   void upload_ids(void* dst, const int32_t* ids, size_t bytes);
   // Device ids for an op: `ids` itself when in device memory, else uploaded to `staging`.
   const int32_t* device_ids(const Tensor& ids, void* staging);
-  // The id at device address p, read on the backend's stream (a cudaMemcpy on the legacy stream
-  // would also wait for every blocking stream, NCCL's included).
-  int32_t device_id_at(const int32_t* p);
 
   int device_index_ = 0;
   std::string device_name_;
@@ -144,8 +145,8 @@ class CudaBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   AttentionBf16Operands attention_bf16_operands_{};  // zero: Split
-  int* bad_row_device_ = nullptr;
-  int* bad_row_host_ = nullptr;      // pinned
+  std::unique_ptr<StagedUploads> uploads_;
+  std::unique_ptr<DeferredIdChecks> id_checks_;
   double* result_host_ = nullptr;    // pinned
 };
 

@@ -221,13 +221,10 @@ void CudaBackend::softmax_cross_entropy(Tensor logits, Tensor losses, Tensor tar
     upload_ids(staged, ids, targets.bytes());
     ids = staged;
   }
-  reset_bad_row();
+  // Host targets were checked above; device targets by the kernel, read at the next wait.
+  BadIdFlag* bad_id = targets.device == Device::CPU ? nullptr : id_flag(/*targets=*/true, n, V);
   CUDA_CHECK(cuda::softmax_cross_entropy(logits.data, type, losses.data, losses_type, ids, n, vp, V, write_dlogits,
-                                         dloss, bad_row_device_, stream_));
-  if (targets.device == Device::CUDA) {
-    const int64_t row = bad_row_after();
-    if (row >= 0) throw_target_error(device_id_at(ids + row), row, V);
-  }
+                                         dloss, bad_id, stream_));
 }
 
 }  // namespace strata::cuda

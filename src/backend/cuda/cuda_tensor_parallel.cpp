@@ -59,7 +59,7 @@ void CudaBackend::embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_
   const EmbeddingShape s = embedding_slice_shape(op, out, tokens, wte_slice, wpe, vocab_start);
   const ElemType type = common_elem_type(op, {&out, &wte_slice, &wpe});
   const int32_t* ids = device_ids(tokens, tokens.device == Device::CPU ? scratch(tokens.bytes()) : nullptr);
-  // No bad-row flag: an id outside the slice belongs to another rank and embeds as zero here.
+  // No bad-id flag: an id outside the slice belongs to another rank and embeds as zero here.
   CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte_slice.data, wpe.data, type, s.batch, s.seq, s.channels,
                                      s.rows, vocab_start, nullptr, stream_));
 }
@@ -100,14 +100,10 @@ void CudaBackend::vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row
   check_row_stats(op, row_max, &stats, n);
   check_targets(op, targets, n, vocab_size);
   const int32_t* ids = device_ids(targets, targets.device == Device::CPU ? scratch(targets.bytes()) : nullptr);
-  reset_bad_row();
+  BadIdFlag* bad_id = targets.device == Device::CPU ? nullptr : id_flag(/*targets=*/true, n, vocab_size);
   CUDA_CHECK(cuda::vocab_parallel_sum_exp(stats.f32(), logits.data, elem_type_of(logits, op, "logits"),
                                           row_max.f32(), ids, n, cols, real_columns(cols, vocab_start, vocab_size),
-                                          vocab_start, vocab_size, bad_row_device_, stream_));
-  if (targets.device != Device::CPU) {
-    const int64_t row = bad_row_after();
-    if (row >= 0) throw_target_error(device_id_at(ids + row), row, vocab_size);
-  }
+                                          vocab_start, vocab_size, bad_id, stream_));
 }
 
 void CudaBackend::vocab_parallel_cross_entropy(Tensor logits, Tensor losses, Tensor targets, Tensor row_max,

@@ -12,6 +12,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -106,7 +107,12 @@ class GuardedBackend final : public Backend {
     return stats;
   }
   double peak_flops() const override { return 0.0; }
-  void synchronize() override {}
+  // Lands the copy_async copies, as a device's stream would have by now.
+  void synchronize() override {
+    const OpScope open;
+    for (const LateCopy& c : late_copies_) std::memcpy(c.dst, c.bytes.data(), c.bytes.size());
+    late_copies_.clear();
+  }
   void* cuda_stream() const override { return nullptr; }
   void reset_peak_memory() override {
     GuardRegistry& r = registry();
@@ -130,6 +136,16 @@ class GuardedBackend final : public Backend {
   void copy(Tensor src, Tensor dst) override {
     const OpScope open;
     cpu_->copy(any(src), any(dst));
+  }
+  Buffer allocate_host(size_t bytes) override { return cpu_->allocate_host(bytes); }
+  // src is read now (ops are in order) but dst is written only by synchronize(): a caller that
+  // reads the host side before waiting, as it must not on a device, reads stale values.
+  void copy_async(Tensor src, Tensor dst) override {
+    const OpScope open;
+    require(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy_async",
+            src.shape_string() + " vs " + dst.shape_string());
+    const auto* from = static_cast<const unsigned char*>(src.data);
+    late_copies_.push_back({dst.data, std::vector<unsigned char>(from, from + src.bytes())});
   }
   void cast(Tensor src, Tensor dst) override {
     const OpScope open;
@@ -254,7 +270,12 @@ class GuardedBackend final : public Backend {
   }
 
  private:
+  struct LateCopy {
+    void* dst;
+    std::vector<unsigned char> bytes;
+  };
   std::unique_ptr<Backend> cpu_;
+  std::vector<LateCopy> late_copies_;  // copy_async's writes, landed by synchronize()
 };
 
 }  // namespace

@@ -21,6 +21,7 @@ struct Runtime {
   std::map<uintptr_t, size_t> device;  // base → bytes of each live cudaMalloc
   std::set<void*> pinned;
   std::set<cuda_api::EmulatedStream*> streams;
+  std::set<cuda_api::EmulatedEvent*> events;
   size_t device_allocated = 0;
   int current_device = 0;
 };
@@ -289,6 +290,41 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   check_stream(stream, "cudaStreamSynchronize");
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  if (!event || (flags & ~cudaEventDisableTiming) != 0) return record(cudaErrorInvalidValue);
+  auto* handle = reinterpret_cast<EmulatedEvent*>(new char(0));
+  Runtime& r = runtime();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.events.insert(handle);
+  *event = handle;
+  return cudaSuccess;
+}
+
+namespace {
+cudaError_t check_event(cudaEvent_t event) {
+  Runtime& r = runtime();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.events.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+}  // namespace
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  check_stream(stream, "cudaEventRecord");
+  return check_event(event);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return check_event(event); }
+
+cudaError_t cudaEventQuery(cudaEvent_t event) { return check_event(event); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  Runtime& r = runtime();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!event || r.events.erase(event) == 0) return record(cudaErrorInvalidResourceHandle);
+  delete reinterpret_cast<char*>(event);
   return cudaSuccess;
 }
 

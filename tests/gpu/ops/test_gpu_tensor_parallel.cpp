@@ -297,8 +297,9 @@ TEST_CASE("gpu: vocab-parallel passes repeat bit for bit, and a bad target is a 
     bad[7] = wrong;
     targets.set_ints(bad);
     INFO("target " << wrong);
-    CHECK_THROWS_WITH(gpu().vocab_parallel_sum_exp(stats.gpu_tensor, logits.gpu_tensor, row_max.gpu_tensor,
-                                                   targets.gpu_tensor, slice, static_cast<int>(V)),
+    gpu().vocab_parallel_sum_exp(stats.gpu_tensor, logits.gpu_tensor, row_max.gpu_tensor, targets.gpu_tensor, slice,
+                                 static_cast<int>(V));
+    CHECK_THROWS_WITH(gpu().synchronize(),
                       strata_catch::Contains("target token id " + std::to_string(wrong) + " at row 7"));
     CHECK_THROWS_AS(gpu().vocab_parallel_sum_exp(stats.gpu_tensor, logits.gpu_tensor, row_max.gpu_tensor,
                                                  targets.cpu_tensor, slice, static_cast<int>(V)),

@@ -131,6 +131,22 @@ TEST_CASE("guarded memory is counted by its allocator") {
   CHECK(guarded->memory_stats().peak_allocated_bytes == before.allocated_bytes);
 }
 
+TEST_CASE("guarded copy_async lands in host memory only at synchronize, as a device's would") {
+  auto guarded = make_guarded_cpu_backend();
+  Buffer device = guarded->allocate(4 * sizeof(float));
+  const std::vector<float> values{1.5f, -2.0f, 3.25f, 4.0f};
+  guarded->copy(Tensor(const_cast<float*>(values.data()), DType::F32, {4}), device.view(0, DType::F32, {4}));
+  Buffer host = guarded->allocate_host(4 * sizeof(float));
+  REQUIRE(host.device() == Device::CPU);
+  auto* landed = static_cast<float*>(host.data());
+  guarded->copy_async(device.view(0, DType::F32, {4}), Tensor(landed, DType::F32, {4}));
+  // The source is read in op order: changing it afterwards does not change what lands.
+  guarded->zero(device.view(0, DType::F32, {4}));
+  for (int i = 0; i < 4; ++i) CHECK(landed[i] == 0.0f);  // a caller reading now reads stale memory
+  guarded->synchronize();
+  for (int i = 0; i < 4; ++i) CHECK(landed[i] == values[static_cast<size_t>(i)]);
+}
+
 TEST_CASE("the CPU backend counts its buffers too") {
   auto cpu = make_cpu_backend();
   const MemoryStats before = cpu->memory_stats();

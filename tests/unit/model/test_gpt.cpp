@@ -303,3 +303,32 @@ TEST_CASE("the model on the guarded backend matches the CPU backend bit for bit"
     }
   }
 }
+
+// Training's forward waits for nothing: each micro-batch's losses are queued to host memory and
+// read in one wait per step. On the guarded backend the queued copies land only at that wait,
+// so a log read before it would hold zeros; the means must be forward()'s bit for bit.
+TEST_CASE("the loss log: micro-batches' losses queued by forward_chunk and read once by take_losses") {
+  auto guarded = make_guarded_cpu_backend();
+  const int B = 2, T = 8, micro_batches = 5;
+  Gpt logged(tiny_dims(), *guarded, B, ActivationRecompute::None);
+  Gpt plain(tiny_dims(), *guarded, B, ActivationRecompute::None);
+  logged.init_weights(3);
+  plain.init_weights(3);
+  CHECK(logged.take_losses().empty());
+  std::vector<float> expected;
+  // Enough micro-batches to grow the log past its first size while copies are queued.
+  for (int k = 0; k < micro_batches; ++k) {
+    const std::vector<int32_t> tokens = random_ids(B * T, 37, 50 + k), targets = random_ids(B * T, 37, 60 + k);
+    logged.forward_chunk(tokens.data(), targets.data(), B, T, /*for_backward=*/true, 1.0f / (B * T));
+    logged.backward(1.0f / (B * T));
+    expected.push_back(plain.forward(tokens.data(), targets.data(), B, T));
+  }
+  const std::vector<float> losses = logged.take_losses();
+  REQUIRE(losses.size() == expected.size());
+  for (size_t k = 0; k < losses.size(); ++k) {
+    INFO("micro-batch " << k);
+    CHECK(losses[k] == expected[k]);
+    CHECK(losses[k] > 1.0f);  // near ln 37 at init, not a zero from an unlanded copy
+  }
+  CHECK(logged.take_losses().empty());  // taken once
+}

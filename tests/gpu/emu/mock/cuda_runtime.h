@@ -57,6 +57,10 @@ struct EmulatedStream;
 using cudaStream_t = EmulatedStream*;
 constexpr unsigned cudaStreamDefault = 0x00;
 constexpr unsigned cudaStreamNonBlocking = 0x01;
+struct EmulatedEvent;
+using cudaEvent_t = EmulatedEvent*;
+constexpr unsigned cudaEventDefault = 0x00;
+constexpr unsigned cudaEventDisableTiming = 0x02;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 
 // The fields strata reads, plus the launch limits, as an H100 SXM (sm_90) reports them.
@@ -108,6 +112,13 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+// Events: every operation recorded before one has completed when the record returns, so
+// synchronizing on or querying a recorded event succeeds at once; the handle is checked.
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
 // Throws EmulationError for a stream that was never created or already destroyed.
 void check_stream(cudaStream_t stream, const char* what);
 template <typename T>
@@ -139,10 +150,15 @@ V __shfl_xor_sync(unsigned mask, V value, int lane_xor, int width = 32) {
   return value;
 }
 // Threads switch only at barriers, so a read-modify-write is atomic here.
-inline int atomicMin(int* address, int value) {
-  const int old = *address;
+template <typename V>
+inline V emulated_atomic_min(V* address, V value) {
+  const V old = *address;
   if (value < old) *address = value;
   return old;
+}
+inline int atomicMin(int* address, int value) { return emulated_atomic_min(address, value); }
+inline unsigned long long atomicMin(unsigned long long* address, unsigned long long value) {
+  return emulated_atomic_min(address, value);
 }
 
 // ---- device code: IEEE single-precision arithmetic with round-to-nearest-even, never
