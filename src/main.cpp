@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "core/core.h"
 #include "data/data.h"
+#include "tools/tools.h"
 #include "train/train.h"
 
 namespace {
@@ -48,6 +49,92 @@ int report_user_error(const strata::UserError& e, int world_size) {
   return strata::kExitUserError;
 }
 
+// Every subcommand's options, as CLI11 fills them in, and which subcommand was given.
+struct Commands {
+  std::string config_path;
+  int config_world_size = 1;
+  std::vector<std::string> overrides;
+  strata::InfoOptions info_options;
+  strata::CommCheckOptions comm_check_options;
+  strata::TrainOptions train_options;
+  strata::EncodeOptions encode_options;
+  std::string export_checkpoint, export_out;
+  CLI::App* config = nullptr;
+  CLI::App* info = nullptr;
+  CLI::App* comm_check = nullptr;
+  CLI::App* train = nullptr;
+  CLI::App* encode = nullptr;
+  CLI::App* export_hf = nullptr;
+};
+
+void add_commands(CLI::App& app, Commands& c) {
+  // strata config CONFIG [--world-size N] [--set k=v]...
+  c.config = app.add_subcommand("config", "Validate a config and print it resolved, with derived values");
+  c.config->add_option("config", c.config_path, "YAML or ds_config JSON file")->required();
+  c.config->add_option("--world-size", c.config_world_size, "Number of ranks to resolve for")->check(kWholeCount);
+  c.config->add_option("--set", c.overrides, "Override a key: a.b.c=value (repeatable)");
+
+  // strata info [--tp N] [--pp N]
+  c.info = app.add_subcommand("info", "Print ranks, grid coordinates, hosts, GPUs and library versions (run under mpirun)");
+  c.info->add_option("--tp", c.info_options.tp, "Tensor-parallel size for the coordinates shown")->check(kWholeCount);
+  c.info->add_option("--pp", c.info_options.pp, "Pipeline-parallel size for the coordinates shown")->check(kWholeCount);
+
+  // strata comm-check [--seconds S] [--bytes N]: a diagnostic for checking an MPI
+  // installation; group "" keeps it out of `strata --help` (`strata comm-check --help` works).
+  c.comm_check = app.add_subcommand("comm-check", "Check and time collectives on all ranks (run under mpirun)");
+  c.comm_check->group("");
+  c.comm_check->add_option("--seconds", c.comm_check_options.seconds, "Run rounds for about this long")
+      ->check(CLI::NonNegativeNumber);
+  c.comm_check->add_option("--bytes", c.comm_check_options.bytes, "Size of each operation's buffer")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
+
+  // strata train --config X [--set k=v]... [--dump-grads FILE]
+  c.train = app.add_subcommand("train", "Train a model as the config describes (run under mpirun)");
+  c.train->add_option("-c,--config", c.train_options.config_path, "YAML or ds_config JSON file")->required();
+  c.train->add_option("--set", c.train_options.overrides, "Override a key: a.b.c=value (repeatable)");
+  c.train->add_option("--dump-grads", c.train_options.dump_grads_path,
+                      "Write the first step's accumulated gradients (before clipping) to this safetensors file");
+
+  // strata data encode --input FILE... --out DIR [--val-fraction F]
+  auto* data = app.add_subcommand("data", "Prepare token shards");
+  data->require_subcommand(1);
+  c.encode = data->add_subcommand("encode", "Encode text files into byte-level token shards (vocab 256)");
+  c.encode->add_option("--input", c.encode_options.inputs, "Text files")->required()->expected(1, -1);
+  c.encode->add_option("--out", c.encode_options.out_dir, "Output directory")->required();
+  c.encode->add_option("--val-fraction", c.encode_options.val_fraction, "Fraction of tokens (the tail) for validation")
+      ->check(CLI::Range(0.0, 0.5));
+
+  // strata export --checkpoint DIR --out DIR
+  c.export_hf = app.add_subcommand("export", "Write a checkpoint as a HuggingFace GPT-2 folder");
+  c.export_hf->add_option("--checkpoint", c.export_checkpoint, "Checkpoint step directory, or a checkpoint root (uses latest)")
+      ->required();
+  c.export_hf->add_option("--out", c.export_out, "Output directory")->required();
+}
+
+// Runs the parsed subcommand; the MPI ones bring MPI up into `mpi` first.
+int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<strata::MpiRuntime>& mpi) {
+  if (c.config->parsed()) {
+    const strata::Config cfg = strata::load_config_file(c.config_path, c.overrides, c.config_world_size);
+    std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
+    std::fputs(strata::derived_to_yaml(cfg).c_str(), stdout);
+    return 0;
+  }
+  if (c.encode->parsed()) {
+    strata::encode_text_files(c.encode_options);
+    return 0;
+  }
+  if (c.export_hf->parsed()) {
+    strata::export_huggingface(c.export_checkpoint, c.export_out);
+    strata::log_info("exported {} to {}", c.export_checkpoint, c.export_out);
+    return 0;
+  }
+  mpi = std::make_unique<strata::MpiRuntime>(argc, argv);
+  if (c.info->parsed()) return strata::run_info(*mpi, c.info_options);
+  if (c.comm_check->parsed()) return strata::run_comm_check(*mpi, c.comm_check_options);
+  if (c.train->parsed()) return strata::run_train(*mpi, c.train_options);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,61 +147,8 @@ int main(int argc, char** argv) {
   CLI::App app{"strata: GPT training over DP x TP x PP ranks with ZeRO, from one YAML config"};
   app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION);
   app.require_subcommand(1);
-
-  // strata config CONFIG [--world-size N] [--set k=v]...
-  std::string config_path;
-  int config_world_size = 1;
-  std::vector<std::string> overrides;
-  auto* config_cmd = app.add_subcommand("config", "Validate a config and print it resolved, with derived values");
-  config_cmd->add_option("config", config_path, "YAML or ds_config JSON file")->required();
-  config_cmd->add_option("--world-size", config_world_size, "Number of ranks to resolve for")->check(kWholeCount);
-  config_cmd->add_option("--set", overrides, "Override a key: a.b.c=value (repeatable)");
-
-  // strata info [--tp N] [--pp N]
-  strata::InfoOptions info_options;
-  auto* info_cmd = app.add_subcommand(
-      "info", "Print ranks, grid coordinates, hosts, GPUs and library versions (run under mpirun)");
-  info_cmd->add_option("--tp", info_options.tp, "Tensor-parallel size for the coordinates shown")
-      ->check(kWholeCount);
-  info_cmd->add_option("--pp", info_options.pp, "Pipeline-parallel size for the coordinates shown")
-      ->check(kWholeCount);
-
-  // strata comm-check [--seconds S] [--bytes N]: a diagnostic for checking an MPI
-  // installation; group "" keeps it out of `strata --help` (`strata comm-check --help` works).
-  strata::CommCheckOptions comm_check_options;
-  auto* comm_check_cmd =
-      app.add_subcommand("comm-check", "Check and time collectives on all ranks (run under mpirun)");
-  comm_check_cmd->group("");
-  comm_check_cmd->add_option("--seconds", comm_check_options.seconds, "Run rounds for about this long")
-      ->check(CLI::NonNegativeNumber);
-  comm_check_cmd->add_option("--bytes", comm_check_options.bytes, "Size of each operation's buffer")
-      ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
-
-  // strata train --config X [--set k=v]... [--dump-grads FILE]
-  strata::TrainOptions train_options;
-  auto* train_cmd = app.add_subcommand("train", "Train a model as the config describes (run under mpirun)");
-  train_cmd->add_option("-c,--config", train_options.config_path, "YAML or ds_config JSON file")->required();
-  train_cmd->add_option("--set", train_options.overrides, "Override a key: a.b.c=value (repeatable)");
-  train_cmd->add_option("--dump-grads", train_options.dump_grads_path,
-                        "Write the first step's accumulated gradients (before clipping) to this safetensors file");
-
-  // strata data encode --input FILE... --out DIR [--val-fraction F]
-  auto* data_cmd = app.add_subcommand("data", "Prepare token shards");
-  data_cmd->require_subcommand(1);
-  strata::EncodeOptions encode_options;
-  auto* encode_cmd = data_cmd->add_subcommand("encode", "Encode text files into byte-level token shards (vocab 256)");
-  encode_cmd->add_option("--input", encode_options.inputs, "Text files")->required()->expected(1, -1);
-  encode_cmd->add_option("--out", encode_options.out_dir, "Output directory")->required();
-  encode_cmd->add_option("--val-fraction", encode_options.val_fraction, "Fraction of tokens (the tail) for validation")
-      ->check(CLI::Range(0.0, 0.5));
-
-  // strata export --checkpoint DIR --out DIR
-  std::string export_checkpoint, export_out;
-  auto* export_cmd = app.add_subcommand("export", "Write a checkpoint as a HuggingFace GPT-2 folder");
-  export_cmd->add_option("--checkpoint", export_checkpoint, "Checkpoint step directory, or a checkpoint root (uses latest)")
-      ->required();
-  export_cmd->add_option("--out", export_out, "Output directory")->required();
-
+  Commands commands;
+  add_commands(app, commands);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -124,25 +158,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<strata::MpiRuntime> mpi;
   try {
-    if (config_cmd->parsed()) {
-      const strata::Config cfg = strata::load_config_file(config_path, overrides, config_world_size);
-      std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
-      std::fputs(strata::derived_to_yaml(cfg).c_str(), stdout);
-      return 0;
-    }
-    if (encode_cmd->parsed()) {
-      strata::encode_text_files(encode_options);
-      return 0;
-    }
-    if (export_cmd->parsed()) {
-      strata::export_huggingface(export_checkpoint, export_out);
-      strata::log_info("exported {} to {}", export_checkpoint, export_out);
-      return 0;
-    }
-    mpi = std::make_unique<strata::MpiRuntime>(&argc, &argv);
-    if (info_cmd->parsed()) return strata::run_info(*mpi, info_options);
-    if (comm_check_cmd->parsed()) return strata::run_comm_check(*mpi, comm_check_options);
-    if (train_cmd->parsed()) return strata::run_train(*mpi, train_options);
+    return run_command(commands, &argc, &argv, mpi);
   } catch (const strata::UserError& e) {
     return report_user_error(e, mpi ? mpi->world_size() : 1);
   } catch (const std::exception& e) {
@@ -150,5 +166,4 @@ int main(int argc, char** argv) {
     if (mpi && mpi->world_size() > 1) strata::abort_job(strata::kExitInternalError);
     return strata::kExitInternalError;
   }
-  return 0;
 }

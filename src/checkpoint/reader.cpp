@@ -320,6 +320,44 @@ void CheckpointReader::read_full(const std::string& name, DType dst_dtype, void*
                 dst_dtype, dst);
 }
 
+namespace {
+
+// Reads of nearby small runs are staged through one buffer instead of one syscall each.
+constexpr int64_t kStageBytes = 8 << 20, kMaxGapBytes = 64 << 10, kDirectBytes = 1 << 20;
+
+// The element copies (in source order, none larger than the stage) out of one piece's tensor
+// `key` in `file`, converted from src_dtype into dst's dst_dtype: large same-type runs read
+// straight into dst, the others grouped into staged reads.
+void read_copies(const SafetensorsReader& file, const std::string& key, const std::vector<ckpt::ElementCopy>& copies,
+                 DType src_dtype, DType dst_dtype, std::vector<unsigned char>& stage, char* dst) {
+  const size_t src_size = dtype_size(src_dtype), dst_size = dtype_size(dst_dtype);
+  const int64_t stage_elements = kStageBytes / static_cast<int64_t>(src_size);
+  for (size_t i = 0; i < copies.size();) {
+    const ckpt::ElementCopy& c = copies[i];
+    if (src_dtype == dst_dtype && c.count * static_cast<int64_t>(src_size) >= kDirectBytes) {
+      file.read_bytes(key, c.src * src_size, c.count * src_size, dst + c.dst * dst_size);
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    int64_t span_end = c.src + c.count;
+    while (j < copies.size() && (copies[j].src + copies[j].count - c.src) <= stage_elements &&
+           (copies[j].src - span_end) * static_cast<int64_t>(src_size) <= kMaxGapBytes) {
+      span_end = copies[j].src + copies[j].count;
+      ++j;
+    }
+    stage.resize(static_cast<size_t>(span_end - c.src) * src_size);
+    file.read_bytes(key, c.src * src_size, stage.size(), stage.data());
+    for (size_t k = i; k < j; ++k) {
+      convert_elements(stage.data() + (copies[k].src - c.src) * src_size, src_dtype, dst + copies[k].dst * dst_size,
+                       dst_dtype, static_cast<size_t>(copies[k].count));
+    }
+    i = j;
+  }
+}
+
+}  // namespace
+
 void CheckpointReader::read_view_box(const std::string& name, const std::vector<int64_t>& view,
                                      const std::vector<int64_t>& offset, const std::vector<int64_t>& shape,
                                      DType dst_dtype, void* dst) const {
@@ -344,10 +382,7 @@ void CheckpointReader::read_view_box(const std::string& name, const std::vector<
   const std::vector<ckpt::ElementRun> request = ckpt::box_runs(view, offset, shape);
   int64_t first = 0, last = 0;
   ckpt::box_extent(view, offset, shape, &first, &last);
-  const size_t src_size = dtype_size(src_dtype), dst_size = dtype_size(dst_dtype);
-  // Stage reads of nearby small runs through one buffer instead of one syscall each.
-  constexpr int64_t kStageBytes = 8 << 20, kMaxGapBytes = 64 << 10, kDirectBytes = 1 << 20;
-  const int64_t stage_elements = kStageBytes / static_cast<int64_t>(src_size);
+  const int64_t stage_elements = kStageBytes / static_cast<int64_t>(dtype_size(src_dtype));
   std::vector<unsigned char> stage;
   std::map<int64_t, int64_t> covered;
   char* out = static_cast<char*>(dst);
@@ -367,30 +402,7 @@ void CheckpointReader::read_view_box(const std::string& name, const std::vector<
         }
       }
     }
-    if (copies.empty()) continue;
-    const SafetensorsReader& file = impl_->reader(piece.file);
-    for (size_t i = 0; i < copies.size();) {
-      const ckpt::ElementCopy& c = copies[i];
-      if (src_dtype == dst_dtype && c.count * static_cast<int64_t>(src_size) >= kDirectBytes) {
-        file.read_bytes(piece.key, c.src * src_size, c.count * src_size, out + c.dst * dst_size);
-        ++i;
-        continue;
-      }
-      size_t j = i + 1;
-      int64_t span_end = c.src + c.count;
-      while (j < copies.size() && (copies[j].src + copies[j].count - c.src) <= stage_elements &&
-             (copies[j].src - span_end) * static_cast<int64_t>(src_size) <= kMaxGapBytes) {
-        span_end = copies[j].src + copies[j].count;
-        ++j;
-      }
-      stage.resize(static_cast<size_t>(span_end - c.src) * src_size);
-      file.read_bytes(piece.key, c.src * src_size, stage.size(), stage.data());
-      for (size_t k = i; k < j; ++k) {
-        convert_elements(stage.data() + (copies[k].src - c.src) * src_size, src_dtype, out + copies[k].dst * dst_size,
-                         dst_dtype, static_cast<size_t>(copies[k].count));
-      }
-      i = j;
-    }
+    if (!copies.empty()) read_copies(impl_->reader(piece.file), piece.key, copies, src_dtype, dst_dtype, stage, out);
   }
   int64_t reached = 0;
   if (!covered.empty() && covered.begin()->first == 0) reached = covered.begin()->second;

@@ -151,9 +151,9 @@ struct CommCounters {
 
 // One communicator over a group of ranks (world, tp, dp, pp, ...). Tensors are F32, BF16,
 // F16 or I32 (U16 too for the moving ops), contiguous; host memory for the MPI
-// implementation (device tensors are rejected with std::logic_error until staging arrives
-// with the CUDA backend) and device memory for NCCL. Misuse (shape or dtype mismatch,
-// a peer outside the group) throws std::logic_error.
+// implementation (device tensors go through its staging wrapper, which copies them to host
+// buffers) and device memory for NCCL. Misuse (shape or dtype mismatch, a peer outside the
+// group) throws std::logic_error.
 //
 // Determinism: the MPI all_reduce is a reduce-scatter followed by an all-gather over
 // blocks of ceil(n / size) elements; the owner of each block sums the size contributions
@@ -287,7 +287,6 @@ class Topology {
   Comm& dp();              // same (pp, tp), dp varies; group rank = dp
   Comm& tp();              // same (pp, dp), tp varies; group rank = tp
   Comm& pp();              // same (dp, tp), pp varies; group rank = pp
-  Comm& model_parallel();  // same dp: tp × pp; group rank = pp * TP + tp
   // First and last PP stage of this (dp, tp) (group rank 0 = first stage); nullptr on the
   // stages between; when PP == 1 a group of this rank alone.
   Comm* embedding();
@@ -303,24 +302,5 @@ class Topology {
 
 // MPI's library version line, e.g. "Open MPI v4.1.4, ...".
 std::string mpi_library_version();
-
-// `strata info [--tp N] [--pp N]`: prints the job's ranks with their (dp, pp, tp)
-// coordinates, hosts, GPUs and library versions (rank 0). A world size not divisible by
-// tp × pp is a UserError.
-struct InfoOptions {
-  int tp = 1;
-  int pp = 1;
-};
-int run_info(const MpiRuntime& mpi, const InfoOptions& options = {});
-
-// `strata comm-check [--seconds S] [--bytes N]`: rounds of all_reduce, reduce_scatter and
-// all_gather on the world communicator, each result checked bit for bit against the
-// rank-order reduction recomputed locally; rank 0 prints the bandwidth of each op.
-// Returns 0, or kExitDeviceFailure when a result was wrong.
-struct CommCheckOptions {
-  double seconds = 3.0;     // run rounds for about this long (at least one round)
-  int64_t bytes = 1 << 20;  // size of each op's full buffer
-};
-int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options);
 
 }  // namespace strata

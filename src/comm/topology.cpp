@@ -9,7 +9,7 @@
 namespace strata {
 
 struct Topology::Impl {
-  std::unique_ptr<Comm> world, dp, tp, pp, model_parallel, embedding;
+  std::unique_ptr<Comm> world, dp, tp, pp, embedding;
 };
 
 namespace {
@@ -51,7 +51,6 @@ Topology::Topology(const MpiRuntime& mpi, const GridShape& shape, CommBackendKin
   impl_->dp = split_group(c.pp * shape.tp + c.tp, c.dp, backend, access, "dp");
   impl_->tp = split_group(c.pp * shape.dp + c.dp, c.tp, backend, access, "tp");
   impl_->pp = split_group(c.dp * shape.tp + c.tp, c.pp, backend, access, "pp");
-  impl_->model_parallel = split_group(c.dp, c.pp * shape.tp + c.tp, backend, access, "model_parallel");
   // The tied embedding lives on the first and last stage; with one stage, on this rank alone.
   const bool end_stage = c.pp == 0 || c.pp == shape.pp - 1;
   const int embedding_color = shape.pp == 1 ? world_rank_ : (end_stage ? c.dp * shape.tp + c.tp : MPI_UNDEFINED);
@@ -80,12 +79,10 @@ Comm& Topology::world() { return *impl_->world; }
 Comm& Topology::dp() { return *impl_->dp; }
 Comm& Topology::tp() { return *impl_->tp; }
 Comm& Topology::pp() { return *impl_->pp; }
-Comm& Topology::model_parallel() { return *impl_->model_parallel; }
 Comm* Topology::embedding() { return impl_->embedding.get(); }
 
 std::vector<Comm*> Topology::all_comms() {
-  std::vector<Comm*> comms = {impl_->world.get(), impl_->dp.get(), impl_->tp.get(), impl_->pp.get(),
-                              impl_->model_parallel.get()};
+  std::vector<Comm*> comms = {impl_->world.get(), impl_->dp.get(), impl_->tp.get(), impl_->pp.get()};
   if (impl_->embedding) comms.push_back(impl_->embedding.get());
   return comms;
 }

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "config/config_internal.h"
-#include "parallel/pipeline/pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace strata {
 namespace config_detail {

@@ -23,10 +23,6 @@ void log_info(fmt::format_string<Args...> f, Args&&... args) {
   log_message(LogLevel::Info, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
-void log_debug(fmt::format_string<Args...> f, Args&&... args) {
-  if (log_level() <= LogLevel::Debug) log_message(LogLevel::Debug, fmt::format(f, std::forward<Args>(args)...));
-}
-template <typename... Args>
 void log_warn(fmt::format_string<Args...> f, Args&&... args) {
   log_message(LogLevel::Warn, fmt::format(f, std::forward<Args>(args)...));
 }

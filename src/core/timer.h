@@ -11,7 +11,6 @@ class Timer {
   double seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
-  double millis() const { return seconds() * 1e3; }
 
  private:
   std::chrono::steady_clock::time_point start_;

@@ -62,11 +62,9 @@ VocabCheck check_vocab(const TokenT* tokens, int64_t count, int64_t vocab_size) 
   return out;
 }
 
-std::shared_ptr<const TokenDataset::Mapping> open_shard(const std::string& path, int vocab_size,
-                                                        const std::string& key) {
-  const std::string where = key + ": " + path + ": ";
-  const std::string recreate =
-      "re-create it with `strata data encode` or an llm.c-compatible data script";
+// The shard file memory-mapped whole, after the checks a file must pass to be mapped.
+std::shared_ptr<TokenDataset::Mapping> map_shard_file(const std::string& path, const std::string& key,
+                                                      const std::string& where, const std::string& recreate) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     throw UserError(where + "cannot open: " + std::strerror(errno) +
@@ -99,6 +97,16 @@ std::shared_ptr<const TokenDataset::Mapping> open_shard(const std::string& path,
   mapping->base = static_cast<const unsigned char*>(base);
   mapping->bytes = static_cast<size_t>(file_bytes);
   register_mapped_file(base, mapping->bytes, path);
+  return mapping;
+}
+
+std::shared_ptr<const TokenDataset::Mapping> open_shard(const std::string& path, int vocab_size,
+                                                        const std::string& key) {
+  const std::string where = key + ": " + path + ": ";
+  const std::string recreate =
+      "re-create it with `strata data encode` or an llm.c-compatible data script";
+  const std::shared_ptr<TokenDataset::Mapping> mapping = map_shard_file(path, key, where, recreate);
+  const int64_t file_bytes = static_cast<int64_t>(mapping->bytes);
 
   int32_t header[3];
   std::memcpy(header, mapping->base, sizeof(header));

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "tensor_parallel/tensor_parallel.h"
 
 namespace strata {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "model/model.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "tensor_parallel/tensor_parallel.h"
 
 namespace strata {
 namespace {
@@ -32,6 +32,33 @@ class ArenaPlan {
 };
 
 int64_t round_up_to(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Bytes of one block's saved activations: rows of the residual width (this rank's rows under
+// SP), of the attention and MLP widths (all rows), and fp32 row statistics.
+struct BlockBytes {
+  size_t local_c, attn, lse, mlp, local_f32;
+};
+
+// One block's saved activations; without the attention output and its lse under selective
+// recomputation (one shared copy serves every block).
+GptArenaLayout::Block reserve_block(ArenaPlan& plan, const BlockBytes& s, Slot kind, bool selective) {
+  GptArenaLayout::Block b{};
+  b.ln1 = plan.reserve(s.local_c, kind);
+  b.ln1_mean = plan.reserve(s.local_f32, kind);
+  b.ln1_rstd = plan.reserve(s.local_f32, kind);
+  b.qkv = plan.reserve(3 * s.attn, kind);
+  if (!selective) {
+    b.atty = plan.reserve(s.attn, kind);
+    b.lse = plan.reserve(s.lse, kind);
+  }
+  b.x_mid = plan.reserve(s.local_c, kind);
+  b.ln2 = plan.reserve(s.local_c, kind);
+  b.ln2_mean = plan.reserve(s.local_f32, kind);
+  b.ln2_rstd = plan.reserve(s.local_f32, kind);
+  b.fch = plan.reserve(s.mlp, kind);
+  b.fch_gelu = plan.reserve(s.mlp, kind);
+  return b;
+}
 
 }  // namespace
 
@@ -80,24 +107,8 @@ ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, Activat
   const bool selective = recompute == ActivationRecompute::Selective;
   const Slot kind = full ? Slot::Shared : Slot::Layers;
   const int saved_blocks = full ? std::min(layers, 1) : layers;
-  for (int l = 0; l < saved_blocks; ++l) {
-    GptArenaLayout::Block b{};
-    b.ln1 = plan.reserve(local_c, kind);
-    b.ln1_mean = plan.reserve(local * f32, kind);
-    b.ln1_rstd = plan.reserve(local * f32, kind);
-    b.qkv = plan.reserve(3 * attn_bytes, kind);
-    if (!selective) {
-      b.atty = plan.reserve(attn_bytes, kind);
-      b.lse = plan.reserve(lse_bytes, kind);
-    }
-    b.x_mid = plan.reserve(local_c, kind);
-    b.ln2 = plan.reserve(local_c, kind);
-    b.ln2_mean = plan.reserve(local * f32, kind);
-    b.ln2_rstd = plan.reserve(local * f32, kind);
-    b.fch = plan.reserve(padded * mlp_width * w, kind);
-    b.fch_gelu = plan.reserve(padded * mlp_width * w, kind);
-    o.blocks.push_back(b);
-  }
+  const BlockBytes block{local_c, attn_bytes, lse_bytes, padded * mlp_width * w, local * f32};
+  for (int l = 0; l < saved_blocks; ++l) o.blocks.push_back(reserve_block(plan, block, kind, selective));
   if (selective) {
     o.shared_atty = plan.reserve(attn_bytes, Slot::Shared);
     o.shared_lse = plan.reserve(lse_bytes, Slot::Shared);

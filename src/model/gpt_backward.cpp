@@ -6,7 +6,7 @@
 #include <string>
 
 #include "model/model.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "tensor_parallel/tensor_parallel.h"
 
 namespace strata {
 void Gpt::complete_layernorm_grads(int group, float* grads) {

@@ -51,13 +51,24 @@ LossScalerSettings scaler_settings(const EngineSettings& s) {
 
 }  // namespace
 
-Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
-               ActivationRecompute recompute, const EngineSettings& settings, Comm* tp, Comm* pp, Comm* embedding)
-    : backend_(backend), dp_(dp), scalars_(scalars),
-      tp_(std::make_unique<TensorParallel>(tp, settings.sequence_parallel)), dims_(dims), settings_(settings),
+EngineGroups engine_groups(Topology& topology) {
+  return {&topology.dp(), &topology.world(), &topology.tp(), &topology.pp(), topology.embedding()};
+}
+
+namespace {
+Comm& required(Comm* group, const char* name) {
+  if (!group) throw std::logic_error(std::string("Engine: the ") + name + " group is required");
+  return *group;
+}
+}  // namespace
+
+Engine::Engine(Backend& backend, const EngineGroups& groups, const GptDims& dims, int micro_batch,
+               ActivationRecompute recompute, const EngineSettings& settings)
+    : backend_(backend), dp_(required(groups.dp, "dp")), scalars_(required(groups.scalars, "scalars")),
+      tp_(std::make_unique<TensorParallel>(groups.tp, settings.sequence_parallel)), dims_(dims), settings_(settings),
       loss_scaler_(scaler_settings(settings)) {
-  pp_ = pp && pp->size() > 1 ? pp : nullptr;
-  embedding_ = embedding;
+  pp_ = groups.pp && groups.pp->size() > 1 ? groups.pp : nullptr;
+  embedding_ = groups.embedding;
   if (settings.precision != DType::F32 && settings.precision != DType::BF16 && settings.precision != DType::F16) {
     throw std::logic_error(std::string("Engine: precision must be F32, BF16 or F16, got ") +
                            dtype_name(settings.precision));
@@ -68,16 +79,8 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   plan_pipeline();
   specs_ = gpt_rank_specs(dims, {tp_->rank(), tp_->size()}, chunks_);
   groups_ = gpt_layer_groups(specs_, dims.n_layer + 2);
-  {
-    const std::vector<ParamSpec> whole = gpt_param_specs(dims);
-    std::unordered_map<std::string, int64_t> order;
-    for (const ParamSpec& spec : whole) {
-      order.emplace(spec.name, static_cast<int64_t>(model_param_names_.size()));
-      model_param_names_.push_back(spec.name);
-    }
-    for (const ParamSpec& spec : specs_) spec_order_.push_back(order.at(spec.name));
-  }
-  const int p = dp.size();
+  order_params();
+  const int p = dp_.size();
   const int64_t n = specs_.back().offset + specs_.back().numel;
   std::vector<FlatRange> group_units;
   for (const LayerGroup& g : groups_) group_units.push_back({g.begin, g.end});
@@ -91,7 +94,7 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
     model_ = models_.front().get();
   };
   if (settings.zero_stage == 3) {
-    partition_ = std::make_unique<FlatPartition>(group_units, p, dp.rank());
+    partition_ = std::make_unique<FlatPartition>(group_units, p, dp_.rank());
     sharded_store_ = std::make_unique<ShardedParamStore>(backend_, dp_, groups_, *partition_, settings.overlap_comm,
                                                          &times_.comm_wait, settings.precision);
     make_models(sharded_store_.get());
@@ -106,7 +109,7 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
   std::vector<FlatRange> units = bucket_ranges;
   if (settings.zero_stage == 0) units = {{0, n}};
   if (settings.zero_stage == 2 && pp_) units = group_units;
-  partition_ = std::make_unique<FlatPartition>(units, p, dp.rank());
+  partition_ = std::make_unique<FlatPartition>(units, p, dp_.rank());
   flat_store_ = std::make_unique<FlatParamStore>(backend_, specs_, round_up(n, p), settings.precision);
   make_models(flat_store_.get());
   if (!pp_) model_->set_grad_ready_callback([this](int group) { on_grad_ready(group); });
@@ -128,13 +131,28 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
     optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, flat_ranges(specs_), n);
     return;
   }
+  allocate_shards();
+  optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
+                                       partition_->shard_numel());
+}
+
+void Engine::order_params() {
+  std::unordered_map<std::string, int64_t> order;
+  for (const ParamSpec& spec : gpt_param_specs(dims_)) {
+    order.emplace(spec.name, static_cast<int64_t>(model_param_names_.size()));
+    model_param_names_.push_back(spec.name);
+  }
+  for (const ParamSpec& spec : specs_) spec_order_.push_back(order.at(spec.name));
+}
+
+void Engine::allocate_shards() {
   const size_t shard_bytes = static_cast<size_t>(partition_->shard_numel()) * sizeof(float);
   grad_shard_ = backend_.allocate(shard_bytes);
   param_shard_ = backend_.allocate(shard_bytes);
   if (mixed()) {
-    work_shard_ = backend_.allocate(static_cast<size_t>(partition_->shard_numel()) * dtype_size(settings.precision));
+    work_shard_ = backend_.allocate(static_cast<size_t>(partition_->shard_numel()) * dtype_size(settings_.precision));
   }
-  if (settings.zero_stage == 2) {
+  if (settings_.zero_stage == 2) {
     recv_ = backend_.allocate(shard_bytes);
     if (pp_) {
       int64_t widest = 0;
@@ -142,8 +160,6 @@ Engine::Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, i
       stage2_scratch_ = backend_.allocate(static_cast<size_t>(widest) * sizeof(float));
     }
   }
-  optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, partition_->owned_runs()),
-                                       partition_->shard_numel());
 }
 
 Engine::~Engine() {

@@ -102,8 +102,42 @@ void Engine::communicate(const PipeAction& action, int B, int T, int below) {
   times_.pipe_wait += wait.seconds();
 }
 
+int Engine::run_step(const NextBatch& next, int micro_batches, int B, int T, float dloss, const StepStop& stop) {
+  const int m = micro_batches;
+  begin_step(m);
+  if (pp_) {
+    // The pipeline runs the step's micro-batches together; the ranks vote on a stop as it
+    // reaches each one, and stop together part-way.
+    std::vector<StepBatch> batches;
+    std::vector<const int32_t*> tokens, targets;
+    for (int i = 0; i < m; ++i) batches.push_back(next());
+    for (const StepBatch& b : batches) {
+      tokens.push_back(b.tokens.data());
+      targets.push_back(b.targets.data());
+    }
+    pipeline_step(tokens, targets, B, T, dloss, stop);
+    if (stopped_before_ < m) {
+      abandon_step();
+      return stopped_before_;
+    }
+    return m;
+  }
+  for (int i = 0; i < m; ++i) {
+    // A stop is honoured between micro-batches: a step of many micro-batches (or slow ones) is
+    // abandoned rather than outlasting the grace a launcher gives before SIGKILL.
+    if (i > 0 && stop.agreed && stop.agreed()) {
+      abandon_step();
+      return i;
+    }
+    const StepBatch batch = next();
+    micro_step(batch.tokens.data(), batch.targets.data(), B, T, dloss);
+  }
+  finish_reduction();
+  return m;
+}
+
 void Engine::pipeline_step(const std::vector<const int32_t*>& tokens, const std::vector<const int32_t*>& targets,
-                           int B, int T, float dloss, const PipelineStop& stop) {
+                           int B, int T, float dloss, const StepStop& stop) {
   if (!pp_) throw std::logic_error("Engine::pipeline_step without a pipeline");
   const int m = static_cast<int>(tokens.size());
   if (m != micro_batches_ || m != shape_.micro_batches || micro_index_ != 0 || targets.size() != tokens.size()) {

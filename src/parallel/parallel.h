@@ -11,8 +11,8 @@
 #include "comm/comm.h"
 #include "model/model.h"
 #include "optim/optim.h"
-#include "parallel/pipeline/pipeline.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "pipeline/pipeline.h"
+#include "tensor_parallel/tensor_parallel.h"
 
 namespace strata {
 
@@ -187,26 +187,49 @@ struct FlatSpan {
 
 class ShardedParamStore;
 
-// A stop part-way through a pipelined step (Engine::pipeline_step): the votes, and this rank's say.
-struct PipelineStop {
+// How a step may end early for a stop signal (Engine::run_step). With a pipeline the ranks vote
+// on local_stop() as the schedule reaches each micro-batch (`vote`, see pipe_stop_vote_lag);
+// without one, `agreed` (a collective every rank calls, true on all or none) is asked between
+// micro-batches. Either may be empty: the step then runs to its end.
+struct StepStop {
   WorldVote* vote = nullptr;
   std::function<bool()> local_stop;
+  std::function<bool()> agreed;
 };
+
+// One micro-batch's token and target ids, (B, T) row-major each; and the source run_step draws
+// a step's micro-batches from, in order, as it needs them (one at a time without a pipeline, so
+// a step of very many micro-batches neither waits for nor holds them all).
+struct StepBatch {
+  std::vector<int32_t> tokens, targets;
+};
+using NextBatch = std::function<StepBatch()>;
+
+// The groups an engine communicates over. `dp` carries the gradient and parameter traffic;
+// `scalars` (the world, ranks ordered TP fastest, then DP, then PP) the few scalar collectives
+// (gradient norm), so that dp's counters hold exactly the ZeRO traffic. Optional: `tp`, this
+// rank's tensor-parallel group (the model is then this rank's slice, see Gpt, and ZeRO
+// partitions that slice over dp); `pp` (two ranks or more: pipeline parallelism), this rank's
+// pipeline, over which the stages trade activations and gradients; `embedding`, the group of the
+// first and last stage (the tied embedding's gradient is summed over it).
+struct EngineGroups {
+  Comm* dp = nullptr;
+  Comm* scalars = nullptr;
+  Comm* tp = nullptr;
+  Comm* pp = nullptr;
+  Comm* embedding = nullptr;
+};
+// This rank's groups in the rank grid.
+EngineGroups engine_groups(Topology& topology);
 
 // One data-parallel replica group: owns the model (and for stage 3 its sharded store), the
 // gradient reduction and the AdamW step. Every member rank calls the same methods in the same
-// order. `dp` carries the gradient and parameter traffic; `scalars` (the world, ranks ordered
-// TP fastest, then DP) the few scalar collectives (gradient norm), so that dp's counters hold
-// exactly the ZeRO traffic. `tp` (optional): this rank's tensor-parallel group; the model is then
-// this rank's slice (see Gpt) and ZeRO partitions that slice over `dp`.
+// order.
 class Engine {
  public:
-  // `pp` (optional, two ranks or more: pipeline parallelism): this rank's pipeline, over which
-  // the stages trade activations and gradients; `embedding` the group of the first and last
-  // stage (the tied embedding's gradient is summed over it); scalars then spans every stage.
-  Engine(Backend& backend, Comm& dp, Comm& scalars, const GptDims& dims, int micro_batch,
-         ActivationRecompute recompute, const EngineSettings& settings, Comm* tp = nullptr, Comm* pp = nullptr,
-         Comm* embedding = nullptr);
+  // groups.dp and groups.scalars are required.
+  Engine(Backend& backend, const EngineGroups& groups, const GptDims& dims, int micro_batch,
+         ActivationRecompute recompute, const EngineSettings& settings);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -216,49 +239,33 @@ class Engine {
   // This rank's parameters: its TP slice of its pipeline chunks, in the flat layout spans use.
   const std::vector<ParamSpec>& params() const { return specs_; }
   int pipeline_stages() const { return stages_; }
-  int pipeline_stage() const { return stage_; }
   bool last_stage() const { return stage_ + 1 == stages_; }
   // Slots per chunk: the micro-batches whose activations this rank keeps at once.
   int pipeline_slots() const { return slots_; }
-  const std::vector<GptChunk>& chunks() const { return chunks_; }
   const PipeShape& pipeline_shape() const { return shape_; }
   const TensorParallel& tensor_parallel() const { return *tp_; }
   int zero_stage() const { return settings_.zero_stage; }
   DType precision() const { return settings_.precision; }
-  const FlatPartition& partition() const { return *partition_; }
   void init_weights(uint64_t seed);
 
-  // One optimizer step: begin_step, micro_step per micro-batch (the count given to begin_step),
-  // finish_reduction, apply, then take_step_losses.
-  void begin_step(int micro_batches);
-  // Forward and backward of one micro-batch (B, T), its losses logged (take_step_losses). dloss
-  // is the weight of each token's loss in the global objective (1 / tokens of the global
-  // batch); with fp16 the backward runs on dloss × loss scale.
-  void micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss);
-  // Pipeline parallelism: every micro-batch of the step (begin_step(tokens.size()) first) through
-  // this rank's schedule table, then the gradient reductions (those of finish_reduction
-  // included); the last stage logs the losses (take_step_losses). With a `stop`, the ranks vote on local_stop() as the table reaches each micro-batch (see
-  // pipe_stop_vote_lag): when a vote says stop, every rank finishes only the micro-batches before
-  // the same one and returns without reducing; pipeline_stopped_before() then says which, and
-  // the caller abandons the step.
-  void pipeline_step(const std::vector<const int32_t*>& tokens, const std::vector<const int32_t*>& targets, int B,
-                     int T, float dloss, const PipelineStop& stop = {});
+  // One optimizer step: run_step, apply, then take_step_losses.
+  // run_step: the forward and backward passes of the step's `micro_batches` micro-batches
+  // (B, T), drawn from `next` — through this rank's pipeline schedule when there is one (all
+  // drawn first), else one after another — and the gradient
+  // reductions: afterwards with stage 0 model().grads_flat() is the global gradient (times
+  // loss_scale() under fp16). dloss is the weight of each token's loss in the global objective
+  // (1 / tokens of the global batch); with fp16 the backward runs on dloss × loss scale. Returns
+  // the micro-batches done: all of them, or fewer when `stop` ended the step, which is then
+  // abandoned (parameters and optimizer state stay as the last apply left them).
+  int run_step(const NextBatch& next, int micro_batches, int B, int T, float dloss, const StepStop& stop = {});
   // The mean loss of each micro-batch of the step, in order (zeros on a pipeline stage without
   // the loss), read back in one wait for the device: the step's one read-back of losses.
   std::vector<float> take_step_losses();
-  int pipeline_stopped_before() const { return stopped_before_; }
   // Inference through every stage (all ranks of the pipeline call it): the mean loss of a batch
   // (on the last stage; 0 elsewhere), and the last position's logits (vocab_size values) for a
   // (1, T) context, the same on every stage.
   float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T);
   std::vector<float> last_token_logits(const int32_t* tokens, int T);
-  // Waits for every reduction; afterwards with stage 0 model().grads_flat() is the global
-  // gradient (times loss_scale() under fp16).
-  void finish_reduction();
-  // Gives up the step begun with begin_step after fewer micro-batches than announced (a stop
-  // signal): lets the reductions in flight land and leaves parameters and optimizer state as
-  // the last apply left them; the next begin_step starts afresh.
-  void abandon_step();
   // Global gradient norm (before clipping); under fp16 the overflow check (a non-finite norm:
   // the norm is assembled from every rank's gradients, so all ranks agree) and the loss-scale
   // update; unless the step overflowed, unscaling, clipping, AdamW with `lr` on the fp32
@@ -295,6 +302,21 @@ class Engine {
   void set_optimizer_steps(int64_t steps) { optimizer_->set_steps_taken(steps); }
 
  private:
+  // The pieces of run_step. begin_step announces the micro-batch count; micro_step runs one
+  // micro-batch (its losses logged); pipeline_step runs them all through the schedule table
+  // and the reductions, finishing only the micro-batches before the one a stop vote names
+  // (stopped_before_); finish_reduction waits for every reduction; abandon_step lets those in
+  // flight land and drops the step.
+  void begin_step(int micro_batches);
+  void micro_step(const int32_t* tokens, const int32_t* targets, int B, int T, float dloss);
+  void pipeline_step(const std::vector<const int32_t*>& tokens, const std::vector<const int32_t*>& targets, int B,
+                     int T, float dloss, const StepStop& stop);
+  void finish_reduction();
+  void abandon_step();
+  // Construction: model_param_names_ and spec_order_ (each local spec's index in the whole
+  // model's order); the ZeRO 1-2 shard buffers.
+  void order_params();
+  void allocate_shards();
   struct Bucket {
     FlatRange range;
     size_t unit = 0;  // index into partition units (stages 1-2)

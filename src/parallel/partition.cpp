@@ -1,6 +1,7 @@
 // Partition and bucket arithmetic over the model's flat layout: units padded to a multiple
 // of the DP size and cut into equal pieces, reduction buckets, and cutting flat ranges along
-// parameter boundaries. Pure functions; the unit tests pin them down.
+// parameter boundaries (pure functions the unit tests pin down), and the small all-gathers of
+// host scalars (doubles, floats) in rank order that the norms and the losses use.
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>

@@ -99,10 +99,9 @@ using StopCheck = std::function<bool()>;
 // share the batches (the TP ranks of one replica run each batch together) and gather the
 // per-batch losses over `world` (ordered TP fastest, then DP), summed in batch order, so the
 // result is the single-rank value on every rank. lockstep: every DP rank runs the same number
-// of forwards (needed when forward communicates over DP, as with ZeRO-3). nullopt when `stop`
-// interrupted it.
-// The engine's forward (every pipeline stage and TP rank of a replica calls it; the loss counts
-// from the world rank `loss_rank(dp rank)`).
+// of forwards (needed when forward communicates over DP, as with ZeRO-3). Each batch runs the
+// engine's forward (every pipeline stage and TP rank of a replica calls it); a batch's loss
+// counts from the world rank loss_rank(dp rank). nullopt when `stop` interrupted it.
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop);

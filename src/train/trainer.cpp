@@ -21,40 +21,19 @@ bool Trainer::train_step(StepMetrics& m) {
   reset_traffic();
   const Timer step_timer;
   const int gas = cfg_.derived.grad_accum;
-  const int micro = cfg_.derived.micro_batch;
   const int seq = dims_.seq_len;
   // Loss is the mean over every token of the global batch; each token's gradient weight:
   const float dloss = 1.0f / static_cast<float>(static_cast<double>(cfg_.derived.global_batch) * seq);
-  engine_.begin_step(gas);
-  if (engine_.pipeline_stages() > 1) {
-    // The pipeline runs the step's micro-batches together; the ranks vote on a stop as it reaches
-    // each one, and stop together part-way.
-    std::vector<MicroBatch> batches;
-    std::vector<const int32_t*> tokens, targets;
-    for (int i = 0; i < gas; ++i) batches.push_back(loader_->next());
-    for (const MicroBatch& b : batches) {
-      tokens.push_back(b.tokens.data());
-      targets.push_back(b.targets.data());
-    }
-    engine_.pipeline_step(tokens, targets, micro, seq, dloss, {stop_vote_.get(), [] { return stop_requested(); }});
-    if (engine_.pipeline_stopped_before() < gas) {
-      engine_.abandon_step();
-      abandoned_after_ = engine_.pipeline_stopped_before();
-      return false;
-    }
+  const NextBatch next = [this] {
+    MicroBatch b = loader_->next();
+    return StepBatch{std::move(b.tokens), std::move(b.targets)};
+  };
+  const StepStop stop{stop_vote_.get(), [] { return stop_requested(); }, [this] { return agree_to_stop(); }};
+  const int done = engine_.run_step(next, gas, cfg_.derived.micro_batch, seq, dloss, stop);
+  if (done < gas) {
+    abandoned_after_ = done;
+    return false;
   }
-  for (int i = engine_.pipeline_stages() > 1 ? gas : 0; i < gas; ++i) {
-    // A stop signal is honoured between micro-batches: a step of many micro-batches (or slow
-    // ones) is abandoned rather than outlasting the grace a launcher gives before SIGKILL.
-    if (i > 0 && agree_to_stop()) {
-      engine_.abandon_step();
-      abandoned_after_ = i;
-      return false;
-    }
-    const MicroBatch batch = loader_->next();
-    engine_.micro_step(batch.tokens.data(), batch.targets.data(), micro, seq, dloss);
-  }
-  engine_.finish_reduction();
   if (state_.step == 0 && !options_.dump_grads_path.empty() && mpi_.world_rank() == 0) {
     dump_gradients(options_.dump_grads_path, engine_.model(), engine_.loss_scale());
     log_info("wrote the first step's gradients to {}", options_.dump_grads_path);
@@ -68,33 +47,9 @@ bool Trainer::train_step(StepMetrics& m) {
   ++state_.step;
   state_.scheduler_iteration = schedule_.iteration();
   state_.optimizer_steps = engine_.optimizer_steps();
-  m.skipped = outcome.skipped;
-  m.nonfinite = outcome.nonfinite;
-  if (engine_.precision() == DType::F16) {
-    state_.loss_scaler = engine_.loss_scaler_state();
-    m.loss_scale = outcome.loss_scale;
-    if (outcome.skipped && !outcome.nonfinite) {
-      log_info("fp16 overflow at step {}: loss scale {} → {}, step skipped", state_.step, outcome.loss_scale,
-               outcome.next_loss_scale);
-      metrics_.write({{"type", "overflow"}, {"step", state_.step}, {"loss_scale", outcome.loss_scale},
-                      {"next_loss_scale", outcome.next_loss_scale}});
-    }
-  }
-  // Micro-batch losses of the DP replicas in global batch order (rank-major), summed in that
-  // order: the same figure, bit for bit, as one rank running every micro-batch. The world is
-  // ordered TP fastest, then DP, then PP; a replica's TP ranks hold the same losses, and its
-  // first one on the last pipeline stage counts.
-  const std::vector<float> all = all_gather_floats(topology_.world(), losses);
-  const size_t per_rank = losses.size(), tp = static_cast<size_t>(cfg_.derived.tp_size);
-  const size_t dp = static_cast<size_t>(cfg_.derived.dp_size), last_stage = static_cast<size_t>(cfg_.derived.pp_size - 1);
-  double loss_sum = 0;
-  for (size_t d = 0; d < dp; ++d) {
-    const size_t r = (last_stage * dp + d) * tp;
-    for (size_t i = 0; i < per_rank; ++i) loss_sum += all[r * per_rank + i];
-  }
-
+  record_outcome(outcome, m);
   m.step = state_.step;
-  m.loss = loss_sum / (static_cast<double>(gas) * cfg_.derived.dp_size);
+  m.loss = global_mean_loss(losses);
   m.lr = lr;
   m.grad_norm = outcome.grad_norm;
   backend_.synchronize();  // device work still queued belongs to this step's time
@@ -106,30 +61,36 @@ bool Trainer::train_step(StepMetrics& m) {
   m.peak_memory_bytes =
       backend_.device() == Device::CPU ? peak_host_memory_bytes() : backend_.memory_stats().peak_allocated_bytes;
   traffic(m);
-  if (cfg_.wall_clock_breakdown) {
-    const EngineTimes& t = engine_.times();
-    m.forward_seconds = t.forward;
-    m.backward_seconds = t.backward;
-    m.comm_wait_seconds = t.comm_wait;
-    if (cfg_.derived.tp_size > 1) m.tp_wait_seconds = t.tp_wait;
-    m.optimizer_seconds = t.optimizer;
-    if (engine_.pipeline_stages() > 1) {
-      // Every stage's figures, from the ranks of this pipeline (rank 0's: DP 0, TP 0). The stages
-      // start the schedule together (the previous step ended in collectives over all of them), so
-      // the longest run is the pipeline's span; a stage's bubble is the share of the span it was
-      // not computing: waiting on a neighbour, or done before the others (as theory counts it).
-      const std::vector<double> all =
-          all_gather_doubles(topology_.pp(), {t.forward, t.backward, t.pipe_wait, t.optimizer, t.pipeline});
-      double span = 0;
-      for (size_t s = 4; s < all.size(); s += 5) span = std::max(span, all[s]);
-      for (size_t s = 0; s + 4 < all.size(); s += 5) {
-        const double busy = all[s + 4] - all[s + 2];
-        m.stages.push_back({all[s], all[s + 1], all[s + 2], all[s + 3], span > 0 ? 1 - busy / span : 0.0});
-      }
-      m.bubble_theory = pipe_bubble_theory(engine_.pipeline_shape());
-    }
-  }
+  if (cfg_.wall_clock_breakdown) phase_times(m);
   return true;
+}
+
+void Trainer::record_outcome(const StepOutcome& outcome, StepMetrics& m) {
+  m.skipped = outcome.skipped;
+  m.nonfinite = outcome.nonfinite;
+  if (engine_.precision() != DType::F16) return;
+  state_.loss_scaler = engine_.loss_scaler_state();
+  m.loss_scale = outcome.loss_scale;
+  if (outcome.skipped && !outcome.nonfinite) {
+    log_info("fp16 overflow at step {}: loss scale {} → {}, step skipped", state_.step, outcome.loss_scale,
+             outcome.next_loss_scale);
+    metrics_.write({{"type", "overflow"}, {"step", state_.step}, {"loss_scale", outcome.loss_scale},
+                    {"next_loss_scale", outcome.next_loss_scale}});
+  }
+}
+
+double Trainer::global_mean_loss(const std::vector<float>& losses) {
+  // Micro-batch losses of the DP replicas in global batch order (rank-major), summed in that
+  // order: the same figure, bit for bit, as one rank running every micro-batch. A replica's TP
+  // ranks hold the same losses, and its first one on the last pipeline stage counts.
+  const std::vector<float> all = all_gather_floats(topology_.world(), losses);
+  const GridShape& shape = topology_.shape();
+  double loss_sum = 0;
+  for (int d = 0; d < shape.dp; ++d) {
+    const size_t r = static_cast<size_t>(grid_rank(shape, GridCoord{d, shape.pp - 1, 0}));
+    for (size_t i = 0; i < losses.size(); ++i) loss_sum += all[r * losses.size() + i];
+  }
+  return loss_sum / (static_cast<double>(cfg_.derived.grad_accum) * shape.dp);
 }
 
 void Trainer::save(int64_t step) {

@@ -105,10 +105,9 @@ class Trainer {
         val_data_(setup_->val_data),
         metrics_(setup_->metrics),
         memory_checked_(memory_checked(mpi, cfg_, device_)),
-        engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_, topology_.dp(),
-                                          topology_.world(), dims_, cfg_.derived.micro_batch, recompute_of(cfg_),
-                                          engine_settings_from_config(cfg_), &topology_.tp(), &topology_.pp(),
-                                          topology_.embedding())),
+        engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_,
+                                          engine_groups(topology_), dims_, cfg_.derived.micro_batch,
+                                          recompute_of(cfg_), engine_settings_from_config(cfg_))),
         engine_(*engine_owner_),
         schedule_(lr_schedule_from_config(cfg_)) {
     BatchLayout layout;
@@ -136,8 +135,12 @@ class Trainer {
   void check_same_data();
   nlohmann::json data_order() const;
   void warn_if_data_order_changed(const nlohmann::json& saved) const;
-  // One optimizer step; false when a stop signal made the ranks abandon it between micro-batches.
+  // One optimizer step; false when a stop signal made the ranks abandon it part-way.
   bool train_step(StepMetrics& m);
+  // The step's outcome into the loop state and metrics (fp16: the loss scale, an overflow logged).
+  void record_outcome(const StepOutcome& outcome, StepMetrics& m);
+  // Collective: the global batch's mean loss from every rank's micro-batch losses.
+  double global_mean_loss(const std::vector<float>& losses);
   void save(int64_t step);
   // Saves the state after `step` unless there is nowhere to save it, it is saved already, or the
   // latest steps had non-finite gradients (then the checkpoints before them stay the newest).
@@ -160,6 +163,7 @@ class Trainer {
   bool agree_to_stop();
   void reset_traffic();
   void traffic(StepMetrics& m);
+  void phase_times(StepMetrics& m);  // wall_clock_breakdown: the engine's phases, PP stages' bubbles
 
   const MpiRuntime& mpi_;
   Config cfg_;

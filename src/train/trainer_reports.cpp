@@ -1,6 +1,7 @@
 // `strata train`, part 3: what the run reports besides the step line — the start-up banner
 // (model, batch, data, layout, precision, device), memory per rank, the device allocator's
-// peak after the first step, and each step's traffic per communicator.
+// peak after the first step, and each step's traffic per communicator and phase times (with the
+// pipeline stages' bubbles).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -129,6 +130,29 @@ void Trainer::traffic(StepMetrics& m) {
       m.comm_calls[c->name() + "." + op] = stats.calls;
     }
   }
+}
+
+void Trainer::phase_times(StepMetrics& m) {
+  const EngineTimes& t = engine_.times();
+  m.forward_seconds = t.forward;
+  m.backward_seconds = t.backward;
+  m.comm_wait_seconds = t.comm_wait;
+  if (cfg_.derived.tp_size > 1) m.tp_wait_seconds = t.tp_wait;
+  m.optimizer_seconds = t.optimizer;
+  if (engine_.pipeline_stages() == 1) return;
+  // Every stage's figures, from the ranks of this pipeline (rank 0's: DP 0, TP 0). The stages
+  // start the schedule together (the previous step ended in collectives over all of them), so
+  // the longest run is the pipeline's span; a stage's bubble is the share of the span it was
+  // not computing: waiting on a neighbour, or done before the others (as theory counts it).
+  const std::vector<double> all =
+      all_gather_doubles(topology_.pp(), {t.forward, t.backward, t.pipe_wait, t.optimizer, t.pipeline});
+  double span = 0;
+  for (size_t s = 4; s < all.size(); s += 5) span = std::max(span, all[s]);
+  for (size_t s = 0; s + 4 < all.size(); s += 5) {
+    const double busy = all[s + 4] - all[s + 2];
+    m.stages.push_back({all[s], all[s + 1], all[s + 2], all[s + 3], span > 0 ? 1 - busy / span : 0.0});
+  }
+  m.bubble_theory = pipe_bubble_theory(engine_.pipeline_shape());
 }
 
 }  // namespace strata

@@ -57,18 +57,15 @@ TEST_CASE("Topology groups have the right members, order and ranks for every lay
     CHECK((c.dp == want.dp && c.pp == want.pp && c.tp == want.tp));
     CHECK(topo.world_rank() == me);
 
-    std::vector<int> world, dp, tp, pp, model_parallel;
+    std::vector<int> world, dp, tp, pp;
     for (int r = 0; r < shape.world(); ++r) world.push_back(r);
     for (int d = 0; d < shape.dp; ++d) dp.push_back(grid_rank(shape, {d, c.pp, c.tp}));
     for (int t = 0; t < shape.tp; ++t) tp.push_back(grid_rank(shape, {c.dp, c.pp, t}));
     for (int s = 0; s < shape.pp; ++s) pp.push_back(grid_rank(shape, {c.dp, s, c.tp}));
-    for (int s = 0; s < shape.pp; ++s)
-      for (int t = 0; t < shape.tp; ++t) model_parallel.push_back(grid_rank(shape, {c.dp, s, t}));
     check_group(topo.world(), world, me);
     check_group(topo.dp(), dp, c.dp);
     check_group(topo.tp(), tp, c.tp);
     check_group(topo.pp(), pp, c.pp);
-    check_group(topo.model_parallel(), model_parallel, c.pp * shape.tp + c.tp);
 
     Comm* embedding = topo.embedding();
     if (shape.pp == 1) {
@@ -81,7 +78,7 @@ TEST_CASE("Topology groups have the right members, order and ranks for every lay
     } else {
       CHECK(embedding == nullptr);
     }
-    CHECK(topo.all_comms().size() == (embedding ? 6u : 5u));
+    CHECK(topo.all_comms().size() == (embedding ? 5u : 4u));
   }
 }
 
@@ -96,7 +93,6 @@ TEST_CASE("Topology for four ranks: literal groups of DP2xTP2, DP4 and PP2xDP2")
     CHECK(topo.dp().world_ranks() == dp_groups[static_cast<size_t>(me)]);
     CHECK(topo.tp().world_ranks() == tp_groups[static_cast<size_t>(me)]);
     CHECK(topo.pp().world_ranks() == std::vector<int>{me});
-    CHECK(topo.model_parallel().world_ranks() == tp_groups[static_cast<size_t>(me)]);
   }
   {
     Topology topo(mpi, GridShape{4, 1, 1}, CommBackendKind::Mpi);

@@ -170,7 +170,7 @@ PhaseRun run_one_step(int zero_stage, bool synchronize_phases, double embedding_
   settings.zero_stage = zero_stage;
   settings.synchronize_phases = synchronize_phases;
   settings.precision = precision;
-  Engine engine(device, *dp, *scalars, dims, B, ActivationRecompute::None, settings);
+  Engine engine(device, EngineGroups{dp.get(), scalars.get()}, dims, B, ActivationRecompute::None, settings);
   engine.init_weights(5);
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -179,9 +179,7 @@ PhaseRun run_one_step(int zero_stage, bool synchronize_phases, double embedding_
   }
   device.synchronize();
   PhaseRun out;
-  engine.begin_step(2);
-  for (int micro = 0; micro < 2; ++micro) engine.micro_step(tokens.data(), targets.data(), B, T, 1.0f / (4 * B * T));
-  engine.finish_reduction();
+  engine.run_step([&] { return StepBatch{tokens, targets}; }, 2, B, T, 1.0f / (4 * B * T));
   out.backward_booked = device.booked_seconds();
   const int casts_before = device.calls("cast"), updates_before = device.calls("adamw_update");
   engine.apply(1e-3);

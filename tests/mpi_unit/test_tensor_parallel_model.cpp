@@ -12,7 +12,7 @@
 
 #include "mpi_test_util.h"
 #include "model/model.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "tensor_parallel/tensor_parallel.h"
 
 using namespace strata;
 

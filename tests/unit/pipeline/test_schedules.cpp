@@ -8,7 +8,7 @@
 #include <set>
 #include <tuple>
 
-#include "parallel/pipeline/pipeline.h"
+#include "pipeline/pipeline.h"
 
 using namespace strata;
 

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <string>
 
-#include "parallel/pipeline/pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace strata {
 

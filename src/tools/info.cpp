@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "comm/comm.h"
+#include "tools/tools.h"
 #include "core/core.h"
 #ifdef STRATA_HAVE_CUDA
 #include "device_info.cuh"

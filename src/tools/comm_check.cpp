@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "comm/comm.h"
+#include "tools/tools.h"
 #include "core/core.h"
 
 namespace strata {

@@ -47,9 +47,9 @@ class TensorParallel {
   void all_reduce(Tensor data, ReduceOp op);
   void all_gather(Tensor local, Tensor full);
 
-  // Seconds spent in the collectives above since the last reset (for wall_clock_breakdown).
+  // Seconds spent in the collectives above since construction (wall_clock_breakdown takes
+  // differences).
   double wait_seconds() const { return wait_seconds_; }
-  void reset_wait_seconds() { wait_seconds_ = 0.0; }
 
  private:
   void timed(CommHandle handle);

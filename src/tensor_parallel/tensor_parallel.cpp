@@ -1,6 +1,6 @@
 // Megatron's f and g, with and without sequence parallelism, on the TP group's communicator.
 // Every call waits for its collective: the next op reads what it produced.
-#include "parallel/tensor/tensor_parallel.h"
+#include "tensor_parallel/tensor_parallel.h"
 
 #include <stdexcept>
 #include <string>

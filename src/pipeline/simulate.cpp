@@ -10,7 +10,7 @@
 #include <string>
 #include <tuple>
 
-#include "parallel/pipeline/pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace strata {
 namespace {
@@ -66,104 +66,115 @@ PipeSimulation simulate_pipeline(const PipeShape& shape, double forward_cost, do
 
 namespace {
 
+// Posts rank r's stop votes for every micro-batch action `a` is the first to touch, in order,
+// and takes the outcomes that are lag votes behind; false while r waits for an outcome.
+bool take_votes(RankState& r, const std::vector<RankState>& ranks, const PipeAction& a, const VoteModel& votes,
+                bool& progress) {
+  for (const int last = pipe_last_micro_batch(a); votes.on && r.below == INT32_MAX && r.checked <= last;) {
+    const int j = r.checked;
+    if (r.votes == j) {
+      ++r.votes;
+      progress = true;
+    }
+    if (j >= votes.lag) {
+      const bool known = std::all_of(ranks.begin(), ranks.end(),
+                                     [&](const RankState& q) { return q.votes > j - votes.lag; });
+      if (!known) return false;
+      if (j - votes.lag == votes.yes) r.below = j;
+    }
+    ++r.checked;
+  }
+  return true;
+}
+
+// Rank s runs a forward or backward action for its cost; the problem when its input or (for a
+// backward) its forward has not come first, else "".
+std::string run_compute(int s, RankState& r, const PipeAction& a, const PipeShape& shape, double forward_cost,
+                        double backward_cost) {
+  const int chunks = shape.stages * shape.virtual_stages;
+  const bool backward = a.kind == PipeAction::Kind::Backward;
+  const bool first = a.model_chunk == 0, last = a.model_chunk == chunks - 1;
+  const bool input_ready = backward ? (last || r.received.count({true, a.micro_batch, a.model_chunk}))
+                                    : (first || r.received.count({false, a.micro_batch, a.model_chunk}));
+  if (!input_ready) return "rank " + std::to_string(s) + " runs the " + describe(a) + " before its input";
+  if (backward && !r.forwarded.count({a.micro_batch, a.chunk})) {
+    return "rank " + std::to_string(s) + " runs the " + describe(a) + " before its forward";
+  }
+  const double cost = (backward ? backward_cost : forward_cost) / shape.virtual_stages;
+  r.clock += cost;
+  r.busy += cost;
+  if (backward) {
+    --r.in_flight;
+  } else {
+    r.forwarded.insert({a.micro_batch, a.chunk});
+    r.max_in_flight = std::max(r.max_in_flight, ++r.in_flight);
+  }
+  return "";
+}
+
+// Rank s at a communication group: posts it (the transfers a stop has not cut off), meets what
+// the peers have posted, and completes it when every transfer met its counterpart. True when
+// the rank got past the group.
+bool run_communicate(int s, RankState& r, std::vector<RankState>& ranks, const PipeAction& a, bool& progress) {
+  if (!r.posted) {
+    r.group.clear();
+    for (const PipeTransfer& t : a.sends)
+      if (t.micro_batch < r.below) r.group.push_back({t, true, false, 0.0});
+    for (const PipeTransfer& t : a.recvs)
+      if (t.micro_batch < r.below) r.group.push_back({t, false, false, 0.0});
+    progress = true;
+    if (r.group.empty()) return true;  // every transfer cut off by the stop
+    r.posted = true;
+  }
+  for (Posted& mine : r.group) {
+    if (mine.matched) continue;
+    RankState& peer = ranks[static_cast<size_t>(mine.transfer.peer)];
+    if (!peer.posted) continue;
+    for (Posted& theirs : peer.group) {
+      if (theirs.matched || theirs.send == mine.send || theirs.transfer.peer != s ||
+          !(theirs.transfer == mine.transfer)) {
+        continue;
+      }
+      mine.matched = theirs.matched = true;
+      mine.matched_at = theirs.matched_at = std::max(r.clock, peer.clock);
+      progress = true;
+      break;
+    }
+  }
+  if (!std::all_of(r.group.begin(), r.group.end(), [](const Posted& g) { return g.matched; })) return false;
+  for (const Posted& g : r.group) {
+    r.clock = std::max(r.clock, g.matched_at);
+    if (!g.send) r.received.insert({g.transfer.gradient, g.transfer.micro_batch, g.transfer.consumer_chunk});
+  }
+  r.posted = false;
+  r.group.clear();
+  progress = true;
+  return true;
+}
+
 PipeSimulation simulate(const PipeShape& shape, const std::vector<std::vector<PipeAction>>& tables,
                         double forward_cost, double backward_cost, const VoteModel& votes,
                         std::vector<int>* stopped_before) {
   PipeSimulation out;
-  const int p = shape.stages, chunks = shape.stages * shape.virtual_stages;
+  const int p = shape.stages;
   std::vector<RankState> ranks(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) ranks[static_cast<size_t>(s)].table = tables.at(static_cast<size_t>(s));
-  const auto fail = [&](const std::string& why) {
-    out.problem = why;
-    return out;
-  };
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < p; ++s) {
       RankState& r = ranks[static_cast<size_t>(s)];
       while (!r.done()) {
         const PipeAction& a = r.table[r.next];
-        // Votes for every micro-batch this action is the first to touch, in order.
-        bool waiting = false;
-        for (const int last = pipe_last_micro_batch(a); votes.on && r.below == INT32_MAX && r.checked <= last;) {
-          const int j = r.checked;
-          if (r.votes == j) {
-            ++r.votes;
-            progress = true;
-          }
-          if (j >= votes.lag) {
-            waiting = !std::all_of(ranks.begin(), ranks.end(),
-                                   [&](const RankState& q) { return q.votes > j - votes.lag; });
-            if (waiting) break;  // for the vote's outcome
-            if (j - votes.lag == votes.yes) r.below = j;
-          }
-          ++r.checked;
-        }
-        if (waiting) break;
-        if (a.kind != PipeAction::Kind::Communicate && a.micro_batch >= r.below) {
-          ++r.next;  // cut off by the stop
-          progress = true;
-          continue;
-        }
-        if (a.kind != PipeAction::Kind::Communicate) {
-          const bool backward = a.kind == PipeAction::Kind::Backward;
-          const bool first = a.model_chunk == 0, last = a.model_chunk == chunks - 1;
-          const bool input_ready = backward ? (last || r.received.count({true, a.micro_batch, a.model_chunk}))
-                                            : (first || r.received.count({false, a.micro_batch, a.model_chunk}));
-          if (!input_ready) return fail("rank " + std::to_string(s) + " runs the " + describe(a) + " before its input");
-          if (backward && !r.forwarded.count({a.micro_batch, a.chunk})) {
-            return fail("rank " + std::to_string(s) + " runs the " + describe(a) + " before its forward");
-          }
-          const double cost = (backward ? backward_cost : forward_cost) / shape.virtual_stages;
-          r.clock += cost;
-          r.busy += cost;
-          if (backward) {
-            --r.in_flight;
-          } else {
-            r.forwarded.insert({a.micro_batch, a.chunk});
-            r.max_in_flight = std::max(r.max_in_flight, ++r.in_flight);
-          }
-          ++r.next;
-          progress = true;
-          continue;
-        }
-        if (!r.posted) {
-          r.group.clear();
-          for (const PipeTransfer& t : a.sends)
-            if (t.micro_batch < r.below) r.group.push_back({t, true, false, 0.0});
-          for (const PipeTransfer& t : a.recvs)
-            if (t.micro_batch < r.below) r.group.push_back({t, false, false, 0.0});
-          if (r.group.empty()) {  // every transfer cut off by the stop
-            ++r.next;
-            progress = true;
-            continue;
-          }
-          r.posted = true;
-          progress = true;
-        }
-        // Meet what the peers have posted in their current groups.
-        for (Posted& mine : r.group) {
-          if (mine.matched) continue;
-          RankState& peer = ranks[static_cast<size_t>(mine.transfer.peer)];
-          if (!peer.posted) continue;
-          for (Posted& theirs : peer.group) {
-            if (theirs.matched || theirs.send == mine.send || theirs.transfer.peer != s ||
-                !(theirs.transfer == mine.transfer)) {
-              continue;
-            }
-            mine.matched = theirs.matched = true;
-            mine.matched_at = theirs.matched_at = std::max(r.clock, peer.clock);
-            progress = true;
-            break;
+        if (!take_votes(r, ranks, a, votes, progress)) break;  // waiting for a vote's outcome
+        if (a.kind == PipeAction::Kind::Communicate) {
+          if (!run_communicate(s, r, ranks, a, progress)) break;
+        } else if (a.micro_batch < r.below) {  // else cut off by the stop
+          const std::string problem = run_compute(s, r, a, shape, forward_cost, backward_cost);
+          if (!problem.empty()) {
+            out.problem = problem;
+            return out;
           }
         }
-        if (!std::all_of(r.group.begin(), r.group.end(), [](const Posted& g) { return g.matched; })) break;
-        for (const Posted& g : r.group) {
-          r.clock = std::max(r.clock, g.matched_at);
-          if (!g.send) r.received.insert({g.transfer.gradient, g.transfer.micro_batch, g.transfer.consumer_chunk});
-        }
-        r.posted = false;
-        r.group.clear();
         ++r.next;
         progress = true;
       }
@@ -172,8 +183,9 @@ PipeSimulation simulate(const PipeShape& shape, const std::vector<std::vector<Pi
   for (int s = 0; s < p; ++s) {
     const RankState& r = ranks[static_cast<size_t>(s)];
     if (!r.done()) {
-      return fail("deadlock: rank " + std::to_string(s) + " waits at action " + std::to_string(r.next) + ", " +
-                  describe(r.table[r.next]));
+      out.problem = "deadlock: rank " + std::to_string(s) + " waits at action " + std::to_string(r.next) + ", " +
+                    describe(r.table[r.next]);
+      return out;
     }
     out.makespan = std::max(out.makespan, r.clock);
     out.busy.push_back(r.busy);
