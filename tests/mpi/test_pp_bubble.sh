@@ -2,18 +2,21 @@
 # The measured pipeline bubble equals theory. With STRATA_PIPE_COST_MS every chunk's forward
 # and backward last a known time (40 and 80 ms, padding the tiny model's own compute), so
 # micro-batches cost the same on every stage; wall_clock_breakdown then reports
-# each stage's bubble (its send/recv wait as a share of the schedule's run). Averaged over steps
-# 2-4, every stage's bubble is within 10% (relative) of theory's (p − 1)/(v·m + p − 1), with
-# m = 4p micro-batches: 1F1B and GPipe at PP 2, 1F1B at PP 4, interleaved 1F1B with v = 2 at PP 2.
-# What remains above theory is the transfers' latency on the critical path (ctest runs this test
-# alone: other tests' load would add to it).
+# each stage's bubble (its send/recv wait as a share of the schedule's run). The median over
+# steps 2-6 of every stage's bubble is within 10% (relative) of theory's (p − 1)/(v·m + p − 1),
+# with m = 4p micro-batches: 1F1B and GPipe at PP 2, 1F1B at PP 4, interleaved 1F1B with v = 2 at
+# PP 2. What remains above theory is the transfers' latency on the critical path (ctest runs this
+# test alone: other tests' load would add to it). The median, not the mean: one step held up by
+# something else on a shared 2-core machine (once seen in CI: a step ~50 ms late, the
+# interleaved case's mean 30% over theory while its other steps were within 3%) says nothing
+# about the schedule.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 
 # run NAME PP M [--set ...]
 run() {
   local name="$1" pp="$2" m="$3"; shift 3
-  write_small_config "$WORK/$name.yaml" "$WORK/data" "train: {iters: 4, seed: 2}" "wall_clock_breakdown: true" \
+  write_small_config "$WORK/$name.yaml" "$WORK/data" "train: {iters: 6, seed: 2}" "wall_clock_breakdown: true" \
     "logging: {metrics_file: \"$WORK/$name.jsonl\"}"
   run_expect 0 env STRATA_PIPE_COST_MS=40,80 "$MPIRUN" "${MPI_FLAGS[@]}" -np "$pp" "$STRATA" train \
     --config "$WORK/$name.yaml" --set model.n_layer=4 --set parallelism.pipeline_model_parallel_size="$pp" \
@@ -37,8 +40,8 @@ bad = []
 for name, (p, m, v) in cases.items():
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"type":"train"' in l][1:]
     theory = (p - 1) / (v * m + p - 1)
-    assert len(records) == 3 and all(abs(r["bubble_theory"] - theory) < 1e-12 for r in records), name
-    measured = [sum(r["stages"][s]["bubble"] for r in records) / len(records) for s in range(p)]
+    assert len(records) == 5 and all(abs(r["bubble_theory"] - theory) < 1e-12 for r in records), name
+    measured = [sorted(r["stages"][s]["bubble"] for r in records)[len(records) // 2] for s in range(p)]
     print(f"{name:>16}: measured bubble per stage {' '.join(f'{b:.4f}' for b in measured)}, theory {theory:.4f}")
     for s, b in enumerate(measured):
         if abs(b / theory - 1) > 0.10:
