@@ -232,6 +232,11 @@ class Comm {
   CommCounters counters_;
 };
 
+// Every rank's host values (k each, same k everywhere), concatenated in rank order, bit-exact.
+// Doubles travel as raw words so sums formed from them in a fixed order agree on every rank.
+std::vector<double> all_gather_doubles(Comm& comm, const std::vector<double>& values);
+std::vector<float> all_gather_floats(Comm& comm, const std::vector<float>& values);
+
 enum class CommBackendKind { Mpi, Nccl };
 const char* comm_backend_name(CommBackendKind kind);  // "mpi", "nccl"
 bool nccl_built();                                    // whether this binary was built with NCCL

@@ -74,6 +74,19 @@ Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompu
 
 Gpt::~Gpt() = default;
 
+std::vector<std::unique_ptr<Gpt>> build_stage_models(const GptDims& dims, Backend& backend, int max_batch,
+                                                     ActivationRecompute recompute, ParamStore& store, DType dtype,
+                                                     TensorParallel* tp, const std::vector<GptChunk>& chunks,
+                                                     int slots, const std::vector<ParamSpec>& layout) {
+  std::vector<std::unique_ptr<Gpt>> models;
+  for (const GptChunk& chunk : chunks) {
+    for (int k = 0; k < slots; ++k) {
+      models.push_back(std::make_unique<Gpt>(dims, backend, max_batch, recompute, &store, dtype, tp, chunk, &layout));
+    }
+  }
+  return models;
+}
+
 const ParamSpec& Gpt::param(const std::string& name) const {
   const auto it = spec_index_.find(name);
   if (it == spec_index_.end()) throw std::out_of_range("GPT-2 has no parameter named '" + name + "'");

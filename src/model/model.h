@@ -449,4 +449,12 @@ class Gpt {
   std::vector<int32_t> padded_ids_;  // host staging of token/target ids with the SP pad rows
 };
 
+// The models of one pipeline stage (without a pipeline: the whole model): one Gpt per chunk and
+// in-flight micro-batch slot, chunk c's slot k at c · slots + k, all on `store` (which must
+// outlive them) in this rank's flat `layout` (gpt_rank_specs, also outliving them).
+std::vector<std::unique_ptr<Gpt>> build_stage_models(const GptDims& dims, Backend& backend, int max_batch,
+                                                     ActivationRecompute recompute, ParamStore& store, DType dtype,
+                                                     TensorParallel* tp, const std::vector<GptChunk>& chunks,
+                                                     int slots, const std::vector<ParamSpec>& layout);
+
 }  // namespace strata

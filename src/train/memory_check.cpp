@@ -1,6 +1,6 @@
 // Out of memory is a user error with a number: before anything is allocated, the bytes a rank
-// will hold (parameters, gradients, optimizer state, workspace: Engine::memory's terms; the
-// activation arena: the model's own plan) are estimated from the config and compared with what
+// will hold (parameters, gradients, optimizer state, workspace: the sharding strategy's
+// estimate; the activation arena: the model's own plan) are estimated from the config and compared with what
 // the rank's device has (a GPU's free memory shared by the ranks on it; on the CPU the node's
 // available memory shared by its ranks). A config that cannot fit is refused with exit 2.
 #include <fmt/core.h>
@@ -30,57 +30,27 @@ int64_t host_available_bytes() {
 
 }  // namespace
 
-int64_t MemoryEstimate::total() const { return params + grads + optimizer + workspace + activations; }
-
 namespace {
 
 // One pipeline stage's ranks (the whole model without PP): the chunks it holds, as the engine
 // lays them out, times the copies it keeps of each for the micro-batches in flight.
-MemoryEstimate estimate_stage_memory(const Config& cfg, const EngineSettings& settings, int stage) {
+MemoryRecord estimate_stage_memory(const Config& cfg, const EngineSettings& settings, int stage) {
   const GptDims dims = gpt_dims_from_config(cfg);
   const int tp = cfg.derived.tp_size, dp = cfg.derived.dp_size, pp = cfg.derived.pp_size;
   PipelineStagePlan plan;
   plan.chunks = {GptChunk{}};
   if (pp > 1) plan = pipeline_stage_plan(settings.pipeline, dims.n_layer, pp, stage);
   const std::vector<ParamSpec> specs = gpt_rank_specs(dims, {0, tp}, plan.chunks);
-  const int64_t n = specs.back().offset + specs.back().numel;  // this rank's slice
-  const int64_t padded = (n + dp - 1) / dp * dp, shard = padded / dp;
-  const int64_t w = static_cast<int64_t>(dtype_size(settings.precision)), f = 4;
-  const bool mixed = settings.precision != DType::F32;
-  const std::vector<LayerGroup> groups = gpt_layer_groups(specs, dims.n_layer + 2);
-  int64_t widest = 0;  // the widest layer group
-  for (size_t g = 1; g < groups.size(); ++g) widest = std::max(widest, groups[g].numel());
-  MemoryEstimate e;
-  switch (settings.zero_stage) {
-    case 0:
-      e.params = padded * w;
-      e.grads = padded * f;
-      e.optimizer = 2 * n * f + (mixed ? padded * f : 0);
-      break;
-    case 1:
-    case 2:
-      e.params = padded * w;
-      e.grads = settings.zero_stage == 1 ? padded * f : shard * f;
-      e.optimizer = 2 * shard * f + (mixed ? shard * f : 0);
-      e.workspace = (settings.zero_stage == 1 ? shard * f : padded * f + shard * f) + shard * (mixed ? w : f);
-      // Under PP, stage 2 reduces one group at a time through a scratch of the widest.
-      if (settings.zero_stage == 2 && pp > 1) e.workspace += std::max(groups[0].numel(), widest) * f;
-      break;
-    default:
-      // Stage 3 gathers one layer group at a time into two slots (and the embeddings into one).
-      e.params = shard * w;
-      e.grads = shard * f;
-      e.optimizer = 2 * shard * f + (mixed ? shard * f : 0);
-      e.workspace = shard * f + (groups[0].numel() + 2 * widest) * (w + f);
-      break;
-  }
+  ShardingSettings sharding = settings.sharding;
+  sharding.pipelined = pp > 1;
+  MemoryRecord e = estimate_sharding_memory(sharding, specs, gpt_layer_groups(specs, dims.n_layer + 2), dp);
   const bool sp = cfg.parallelism.sequence_parallel && tp > 1;
   const ActivationRecompute recompute = cfg.model.recompute == Recompute::Full        ? ActivationRecompute::Full
                                         : cfg.model.recompute == Recompute::Selective ? ActivationRecompute::Selective
                                                                                       : ActivationRecompute::None;
   for (const GptChunk& chunk : plan.chunks) {
     e.activations += plan.slots * static_cast<int64_t>(gpt_activation_bytes(dims, cfg.derived.micro_batch, recompute,
-                                                                            settings.precision, tp, sp, nullptr, chunk)
+                                                                            settings.sharding.precision, tp, sp, nullptr, chunk)
                                                            .total);
   }
   return e;
@@ -88,18 +58,18 @@ MemoryEstimate estimate_stage_memory(const Config& cfg, const EngineSettings& se
 
 }  // namespace
 
-MemoryEstimate estimate_rank_memory(const Config& cfg) {
+MemoryRecord estimate_rank_memory(const Config& cfg) {
   const EngineSettings settings = engine_settings_from_config(cfg);
-  MemoryEstimate worst;
+  MemoryRecord worst;
   for (int stage = 0; stage < std::max(1, cfg.derived.pp_size); ++stage) {
-    const MemoryEstimate e = estimate_stage_memory(cfg, settings, stage);
+    const MemoryRecord e = estimate_stage_memory(cfg, settings, stage);
     if (e.total() > worst.total()) worst = e;
   }
   return worst;
 }
 
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device) {
-  const MemoryEstimate e = estimate_rank_memory(cfg);
+  const MemoryRecord e = estimate_rank_memory(cfg);
   int64_t available = 0;
   std::string where;
   if (device.backend->device() == Device::CUDA) {

@@ -54,12 +54,12 @@ AdamWSettings adamw_from_config(const Config& cfg) {
 EngineSettings engine_settings_from_config(const Config& cfg) {
   const ZeroConfig& z = cfg.zero_optimization;
   EngineSettings s;
-  s.zero_stage = z.stage;
-  s.overlap_comm = z.overlap_comm.value_or(z.stage == 3);
-  s.reduce_bucket_size = z.reduce_bucket_size;
-  s.adamw = adamw_from_config(cfg);
+  s.sharding.zero_stage = z.stage;
+  s.sharding.overlap_comm = z.overlap_comm.value_or(z.stage == 3);
+  s.sharding.reduce_bucket_size = z.reduce_bucket_size;
+  s.sharding.adamw = adamw_from_config(cfg);
   s.gradient_clipping = cfg.gradient_clipping;
-  s.precision = cfg.fp16.enabled ? DType::F16 : cfg.bf16.enabled ? DType::BF16 : DType::F32;
+  s.sharding.precision = cfg.fp16.enabled ? DType::F16 : cfg.bf16.enabled ? DType::BF16 : DType::F32;
   const Fp16Config& f = cfg.fp16;
   s.loss_scaler.static_scale = f.loss_scale;
   s.loss_scaler.initial_scale_power = f.initial_scale_power;

@@ -15,7 +15,7 @@
 #include "data/data.h"
 #include "model/model.h"
 #include "optim/optim.h"
-#include "parallel/parallel.h"
+#include "engine/engine.h"
 
 namespace strata {
 
@@ -48,11 +48,7 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads);
 // Bytes one rank will allocate, estimated from the config before anything is allocated
 // (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline
 // stage that needs the most.
-struct MemoryEstimate {
-  int64_t params = 0, grads = 0, optimizer = 0, workspace = 0, activations = 0;
-  int64_t total() const;
-};
-MemoryEstimate estimate_rank_memory(const Config& cfg);
+MemoryRecord estimate_rank_memory(const Config& cfg);
 // UserError naming the estimate and what the rank has, when it does not fit the rank's share of
 // its GPU's free memory (or, on the CPU, of its node's available memory).
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device);

@@ -47,14 +47,14 @@ void Trainer::log_banner() {
              engine_.pipeline_slots());
   }
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
-           engine_settings_from_config(cfg_).overlap_comm ? " (reductions overlap backward)" : "");
+           engine_settings_from_config(cfg_).sharding.overlap_comm ? " (reductions overlap backward)" : "");
   log_info("precision: {}", precision_text(engine_.precision()));
   describe_devices();
 }
 
 // Every rank's memory, gathered to all (cheap, once) and reported by rank 0.
 void Trainer::report_memory() {
-  const EngineMemory mem = engine_.memory();
+  const MemoryRecord mem = engine_.memory();
   const ActivationBytes& act = engine_.model().activation_breakdown();
   const std::vector<double> mine = {static_cast<double>(mem.params),    static_cast<double>(mem.grads),
                                     static_cast<double>(mem.optimizer), static_cast<double>(mem.workspace),

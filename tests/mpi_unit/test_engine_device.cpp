@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "mpi_test_util.h"
-#include "parallel/parallel.h"
+#include "engine/engine.h"
 
 using namespace strata;
 
@@ -167,9 +167,9 @@ PhaseRun run_one_step(int zero_stage, bool synchronize_phases, double embedding_
   const GptDims dims{1, 2, 32, 61, 64, 16};
   const int B = 2, T = 16;
   EngineSettings settings;
-  settings.zero_stage = zero_stage;
+  settings.sharding.zero_stage = zero_stage;
   settings.synchronize_phases = synchronize_phases;
-  settings.precision = precision;
+  settings.sharding.precision = precision;
   Engine engine(device, EngineGroups{dp.get(), scalars.get()}, dims, B, ActivationRecompute::None, settings);
   engine.init_weights(5);
   std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());

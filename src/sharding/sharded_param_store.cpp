@@ -1,7 +1,7 @@
 // ZeRO-3 parameter store: layer groups are all-gathered on demand (the next group of the
 // pass is prefetched into the second slot) in the working dtype, and their fp32 gradients
 // reduce-scattered into the shard accumulator as soon as backward releases them.
-#include "parallel/sharded_store.h"
+#include "sharding/sharded_param_store.h"
 
 #include <algorithm>
 #include <stdexcept>

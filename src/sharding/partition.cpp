@@ -1,13 +1,12 @@
 // Partition and bucket arithmetic over the model's flat layout: units padded to a multiple
 // of the DP size and cut into equal pieces, reduction buckets, and cutting flat ranges along
-// parameter boundaries (pure functions the unit tests pin down), and the small all-gathers of
-// host scalars (doubles, floats) in rank order that the norms and the losses use.
+// parameter boundaries, and the ranges the gradient norm counts: pure functions the unit tests
+// pin down.
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
-#include "parallel/parallel.h"
+#include "sharding/sharding.h"
 
 namespace strata {
 
@@ -81,26 +80,26 @@ std::vector<SpecSlice> slices_by_spec(const std::vector<ParamSpec>& specs, int64
   return slices;
 }
 
-// ---- scalar collectives ---------------------------------------------------------------------
-
-std::vector<double> all_gather_doubles(Comm& comm, const std::vector<double>& values) {
-  // Two I32 words per double: gathers never combine values, so the bits arrive untouched.
-  const int64_t words = static_cast<int64_t>(values.size()) * 2;
-  std::vector<int32_t> mine(static_cast<size_t>(words));
-  std::memcpy(mine.data(), values.data(), values.size() * sizeof(double));
-  std::vector<int32_t> all(static_cast<size_t>(words * comm.size()));
-  comm.all_gather(Tensor(mine.data(), DType::I32, {words}), Tensor(all.data(), DType::I32, {words * comm.size()}));
-  std::vector<double> out(values.size() * static_cast<size_t>(comm.size()));
-  std::memcpy(out.data(), all.data(), out.size() * sizeof(double));
+std::vector<FlatRange> tp_norm_runs(const std::vector<ParamSpec>& specs, const std::vector<OwnedRun>& runs,
+                                    int tp_size) {
+  std::vector<FlatRange> out;
+  auto add = [&](int64_t begin, int64_t count) {
+    if (count <= 0) return;
+    if (!out.empty() && out.back().end == begin) {
+      out.back().end += count;
+    } else {
+      out.push_back({begin, begin + count});
+    }
+  };
+  for (const OwnedRun& run : runs) {
+    for (const SpecSlice& s : slices_by_spec(specs, run.flat_begin, run.count)) {
+      // The last pipeline stage's copy of the embeddings is the first stage's, counted there.
+      const bool counted_here =
+          !s.spec->tied_copy && (tp_size == 1 || s.spec->tp_sharded() || s.spec->tp_rank == 0);
+      if (counted_here) add(run.shard_offset + s.span_offset, s.count);
+    }
+  }
   return out;
-}
-
-std::vector<float> all_gather_floats(Comm& comm, const std::vector<float>& values) {
-  const int64_t n = static_cast<int64_t>(values.size());
-  std::vector<float> mine = values;
-  std::vector<float> all(static_cast<size_t>(n * comm.size()));
-  comm.all_gather(Tensor(mine.data(), DType::F32, {n}), Tensor(all.data(), DType::F32, {n * comm.size()}));
-  return all;
 }
 
 }  // namespace strata

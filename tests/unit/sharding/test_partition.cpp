@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "parallel/parallel.h"
+#include "sharding/sharding.h"
 
 using namespace strata;
 

@@ -1,4 +1,4 @@
-// Private to src/parallel: the ZeRO-3 parameter store. Parameters, the gradient accumulator
+// Private to src/sharding: the ZeRO-3 parameter store. Parameters, the gradient accumulator
 // and the reduce-scatter landing area are shards (one piece of every layer group); a group is
 // all-gathered into a workspace slot when the model acquires it and reduce-scattered when
 // backward releases its gradient. Under mixed precision the fp32 shard is the master copy and
@@ -7,7 +7,7 @@
 #include <array>
 #include <vector>
 
-#include "parallel/parallel.h"
+#include "sharding/sharding.h"
 
 namespace strata {
 

@@ -1,102 +1,22 @@
-// Public header of src/parallel: the data-parallel engine with ZeRO stages 0-3 — partition
-// and bucket arithmetic over the model's flat layout, the sharded parameter store of stage 3,
-// and the Engine that runs micro-batches, reduces gradients and steps the optimizer, in fp32
-// or mixed precision (bf16/fp16 working copy, fp32 master weights, fp16 loss scaling).
+// Public header of src/engine: the Engine that runs a step over this rank's model chunks — its
+// micro-batches directly or through the pipeline schedule's table, the gradient reductions its
+// sharding strategy (ZeRO stage) performs, the global gradient norm, clipping, fp16 loss scaling
+// and the strategy's update — and inference through every pipeline stage.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/comm.h"
 #include "model/model.h"
 #include "optim/optim.h"
 #include "pipeline/pipeline.h"
+#include "sharding/sharding.h"
 #include "tensor_parallel/tensor_parallel.h"
 
 namespace strata {
-
-// ---- partition arithmetic (pure) ---------------------------------------------------------
-struct FlatRange {
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t numel() const { return end - begin; }
-};
-
-// A unit of the partition: a range of the flat layout padded to a multiple of the DP size
-// and cut into DP equal pieces; DP rank r owns piece r, [begin + r·piece, begin + (r+1)·piece)
-// clipped to the real elements, stored at `shard_offset` of its shard.
-struct PartitionUnit {
-  int64_t begin = 0;
-  int64_t numel = 0;
-  int64_t padded = 0;
-  int64_t piece = 0;  // padded / dp
-  int64_t shard_offset = 0;
-};
-
-// One run of flat elements a rank owns, and where they sit in its shard.
-struct OwnedRun {
-  int64_t flat_begin = 0;
-  int64_t shard_offset = 0;
-  int64_t count = 0;
-};
-
-// The flat layout split into units (consecutive ranges covering [0, N)). With one unit this is
-// the classic ZeRO layout: N padded to a multiple of DP, rank r owns [r·S, (r+1)·S). With
-// several units (reduction buckets, layer groups) every unit is split that way, so each unit is
-// one equal-block reduce-scatter / all-gather and the shard is the concatenation of the pieces.
-class FlatPartition {
- public:
-  FlatPartition(const std::vector<FlatRange>& units, int dp_size, int dp_rank);
-  int dp_size() const { return dp_size_; }
-  int dp_rank() const { return dp_rank_; }
-  int64_t numel() const { return numel_; }             // N
-  int64_t shard_numel() const { return shard_numel_; }  // S = Σ piece
-  const std::vector<PartitionUnit>& units() const { return units_; }
-  // Runs of real (non-padding) elements owned by `rank` (default: this rank), in flat order.
-  std::vector<OwnedRun> owned_runs(int rank) const;
-  std::vector<OwnedRun> owned_runs() const { return owned_runs(dp_rank_); }
-
- private:
-  std::vector<PartitionUnit> units_;
-  int dp_size_ = 1, dp_rank_ = 0;
-  int64_t numel_ = 0, shard_numel_ = 0;
-};
-
-int64_t round_up(int64_t value, int64_t multiple);
-// Reduction buckets: [k·B, (k+1)·B) cut from the front, B = bucket_size rounded up to a multiple
-// of dp_size, so every bucket but the last needs no padding and the padded buckets tile
-// [0, round_up(N, dp)). Returned in flat order; reductions run them last to first (backward
-// produces gradients from the end of the layout to its start).
-std::vector<FlatRange> make_buckets(int64_t numel, int64_t bucket_size, int dp_size);
-// The lowest layer group a range touches: its gradient is complete once backward has released
-// that group (groups are released in descending order).
-int lowest_group(const FlatRange& range, const std::vector<LayerGroup>& groups);
-
-// A piece of one parameter: elements [begin, begin + count) of `spec` flattened, at element
-// `span_offset` of the span it was cut from.
-struct SpecSlice {
-  const ParamSpec* spec = nullptr;
-  int64_t begin = 0;
-  int64_t count = 0;
-  int64_t span_offset = 0;
-};
-// Cuts the flat range [flat_begin, flat_begin + count) along parameter boundaries.
-std::vector<SpecSlice> slices_by_spec(const std::vector<ParamSpec>& specs, int64_t flat_begin, int64_t count);
-
-// The parts of a gradient tensor laid out by `runs` (flat ranges and their place in the tensor:
-// an owned shard, or {0, 0, N} for the flat layout) that the global gradient norm counts on this
-// rank (specs carry its TP rank): without TP all of them; under TP the parameters split over the
-// group, and those replicated on every TP rank only on TP rank 0, so that each counts once.
-// As [begin, end) ranges of the tensor, adjacent ones merged.
-std::vector<FlatRange> tp_norm_runs(const std::vector<ParamSpec>& specs, const std::vector<OwnedRun>& runs,
-                                    int tp_size);
-
-// ---- scalar collectives ------------------------------------------------------------------
-// Every rank's values (k each, same k everywhere), concatenated in rank order, bit-exact.
-// Doubles travel as raw words so sums formed from them in a fixed order agree on every rank.
-std::vector<double> all_gather_doubles(Comm& comm, const std::vector<double>& values);
-std::vector<float> all_gather_floats(Comm& comm, const std::vector<float>& values);
 
 // ---- engine ------------------------------------------------------------------------------
 // Pipeline parallelism (with a pipeline communicator of two ranks or more): the model is cut
@@ -124,14 +44,11 @@ struct PipelineStagePlan {
 PipelineStagePlan pipeline_stage_plan(const PipelineSettings& settings, int n_layer, int stages, int stage);
 
 struct EngineSettings {
-  int zero_stage = 0;
-  bool overlap_comm = false;
-  int64_t reduce_bucket_size = 500000000;  // elements
-  AdamWSettings adamw;
+  // The ZeRO stage and what it needs (buckets, overlap, AdamW, precision): the strategy's.
+  // precision F32; BF16 or F16: the model's parameters and activations in that dtype, with
+  // fp32 master weights, gradient accumulation and Adam state. F16 adds loss scaling.
+  ShardingSettings sharding;
   double gradient_clipping = 0.0;  // 0 = off
-  // F32; BF16 or F16: the model's parameters and activations in that dtype, with fp32 master
-  // weights, gradient accumulation and Adam state. F16 adds loss scaling (loss_scaler).
-  DType precision = DType::F32;
   LossScalerSettings loss_scaler;
   // Tensor parallelism (with a TP communicator of two ranks or more): the token rows of the
   // residual stream are split over the TP group between the linear layers.
@@ -141,15 +58,6 @@ struct EngineSettings {
   // between phases is lost, as with DeepSpeed's synchronized timers).
   bool synchronize_phases = false;
   PipelineSettings pipeline;
-};
-
-// Bytes this rank holds persistently; workspace is the transient memory the stage declares
-// (staging for collectives, stage 2's full-size gradient scratch, stage 3's gathered groups).
-// params is the working copy the model reads (2 bytes per element under mixed precision);
-// the fp32 master copy, when separate, counts as optimizer state with Adam's m and v.
-// activations: the models' arenas (under pipeline parallelism one per chunk and in-flight slot).
-struct EngineMemory {
-  int64_t params = 0, grads = 0, optimizer = 0, workspace = 0, activations = 0;
 };
 
 // What Engine::apply did. grad_norm is the unscaled global norm before clipping (not finite
@@ -175,17 +83,6 @@ struct StepOutcome {
 struct EngineTimes {
   double forward = 0, backward = 0, comm_wait = 0, tp_wait = 0, optimizer = 0, pipe_wait = 0, pipeline = 0;
 };
-
-enum class StateKind { Params, ExpAvg, ExpAvgSq };
-// `count` fp32 values of the flat layout starting at flat_begin, held at `data` (host memory
-// when handed out by Engine's checkpoint methods; the backend's memory inside the engine).
-struct FlatSpan {
-  int64_t flat_begin = 0;
-  int64_t count = 0;
-  float* data = nullptr;
-};
-
-class ShardedParamStore;
 
 // How a step may end early for a stop signal (Engine::run_step). With a pipeline the ranks vote
 // on local_stop() as the schedule reaches each micro-batch (`vote`, see pipe_stop_vote_lag);
@@ -222,9 +119,11 @@ struct EngineGroups {
 // This rank's groups in the rank grid.
 EngineGroups engine_groups(Topology& topology);
 
-// One data-parallel replica group: owns the model (and for stage 3 its sharded store), the
-// gradient reduction and the AdamW step. Every member rank calls the same methods in the same
-// order.
+// One rank's part of the training step: owns its sharding strategy (the ZeRO stage: the
+// parameter store, the gradient reduction, the master parameters and AdamW) and the model chunks
+// built on that strategy's store, and runs the step protocol: micro-batches or the pipeline
+// schedule, the norm, clipping and loss scaling, then the strategy's update. Every rank calls
+// the same methods in the same order.
 class Engine {
  public:
   // groups.dp and groups.scalars are required.
@@ -244,8 +143,8 @@ class Engine {
   int pipeline_slots() const { return slots_; }
   const PipeShape& pipeline_shape() const { return shape_; }
   const TensorParallel& tensor_parallel() const { return *tp_; }
-  int zero_stage() const { return settings_.zero_stage; }
-  DType precision() const { return settings_.precision; }
+  int zero_stage() const { return settings_.sharding.zero_stage; }
+  DType precision() const { return settings_.sharding.precision; }
   void init_weights(uint64_t seed);
 
   // One optimizer step: run_step, apply, then take_step_losses.
@@ -276,7 +175,7 @@ class Engine {
   void set_loss_scaler_state(const LossScalerState& state) { loss_scaler_.set_state(state); }
 
   const EngineTimes& times() const { return times_; }
-  EngineMemory memory() const;
+  MemoryRecord memory() const;
 
   // Checkpoint state (parameters: the fp32 master), always in host memory: on a device
   // backend the spans point into host copies the engine keeps. saved_spans: what this rank
@@ -286,11 +185,11 @@ class Engine {
   // written to the device and re-derives the working copy from the master parameters.
   std::vector<FlatSpan> saved_spans(StateKind kind);
   // The same spans in the backend's memory, copying nothing: for what a checkpoint's size needs.
-  std::vector<FlatSpan> saved_span_layout(StateKind kind) { return device_saved_spans(kind); }
+  std::vector<FlatSpan> saved_span_layout(StateKind kind) { return strategy_->saved_spans(kind); }
   void release_saved_spans();
   std::vector<FlatSpan> held_spans(StateKind kind);
   void params_loaded();
-  int64_t optimizer_steps() const { return optimizer_->steps_taken(); }
+  int64_t optimizer_steps() const { return strategy_->optimizer().steps_taken(); }
   // Collective: the first parameter (in layout order) whose reduced gradient holds an inf or
   // NaN on some rank, empty when all are finite; call after apply (which leaves a skipped
   // step's gradient in place), to say where a non-finite step came from.
@@ -299,7 +198,7 @@ class Engine {
   // moments) holding an inf or NaN on some rank, by its checkpoint name (e.g.
   // "optim.exp_avg.h.0.ln_1.weight"); empty when the state is finite.
   std::string first_nonfinite_state();
-  void set_optimizer_steps(int64_t steps) { optimizer_->set_steps_taken(steps); }
+  void set_optimizer_steps(int64_t steps) { strategy_->optimizer().set_steps_taken(steps); }
 
  private:
   // The pieces of run_step. begin_step announces the micro-batch count; micro_step runs one
@@ -314,15 +213,8 @@ class Engine {
   void finish_reduction();
   void abandon_step();
   // Construction: model_param_names_ and spec_order_ (each local spec's index in the whole
-  // model's order); the ZeRO 1-2 shard buffers.
+  // model's order).
   void order_params();
-  void allocate_shards();
-  struct Bucket {
-    FlatRange range;
-    size_t unit = 0;  // index into partition units (stages 1-2)
-    int lowest_group = 0;
-  };
-  void on_grad_ready(int group);
   // Pipeline parallelism: this rank's stage, chunks, slots and schedule table.
   void plan_pipeline();
   Gpt& chunk_model(int chunk, int micro_batch) {
@@ -330,47 +222,23 @@ class Engine {
   }
   // The action's transfers of micro-batches below `below` (all of them when not stopping).
   void communicate(const PipeAction& action, int B, int T, int below);
-  // Stage 2: reduce-scatters a chunk's gradient (one micro-batch's) into the shard, group by group.
-  void reduce_chunk_stage2(int chunk);
-  // After every backward of the step: the tied embeddings' gradient summed over the embedding
-  // group (the flat gradient at stages 0-1, before their DP reduction; the shard's piece of the
-  // embeddings' unit at stages 2-3, after theirs).
-  void reduce_tied_embeddings();
+  // The tied embeddings' gradient (`grads`, the strategy's view of it) summed over the
+  // embedding group, when this rank holds a tied pair.
+  void sum_tied_embeddings(const Tensor& grads);
   // Inference: one batch through this rank's chunks in model order, each receiving its input
   // from the stage before and passing its output on; `head` runs the last chunk of the model.
   void forward_through_stages(const int32_t* tokens, int B, int T, const std::function<void(Gpt&)>& head);
   bool holds_embeddings() const { return groups_[0].numel() > 0; }
   bool tied() const { return embedding_ && embedding_->size() > 1 && holds_embeddings(); }
-  void issue_reduction(size_t bucket_index);
-  void wait_reductions();
   // Seconds since t started; with synchronize_phases, once the backend has caught up.
   double phase_seconds(const Timer& t);
-  std::vector<FlatSpan> spans_of(const std::vector<OwnedRun>& runs, float* flat, float* shard) const;
-  bool mixed() const { return settings_.precision != DType::F32; }
   Device device() const { return backend_.device(); }
-  // The spans of saved_spans / held_spans in the backend's memory.
-  std::vector<FlatSpan> device_saved_spans(StateKind kind);
-  std::vector<FlatSpan> device_held_spans(StateKind kind);
-  // The fp32 parameters the optimizer updates: flat (stage 0) or the shard (stages 1-3).
-  Tensor master_params() const;
-  // Mixed precision: the 16-bit tensor refresh_working_params rounds master_params() into, laid
-  // out like it (the optimizer writes it in the same pass); undefined in fp32.
-  Tensor working_copy_of_master() const;
-  // After master_params changed: cast into the working copy (unless working_current: already
-  // written) and, at stages 1-2, all-gather it.
-  void refresh_working_params(bool working_current = false);
-  float* flat_params() const;  // fp32 only: the model's flat parameters
-  float* flat_grads() const;
-  // Σ g² over this rank's gradient tensor `grads` (flat at stage 0, its shard otherwise) that
-  // the global norm counts from this rank: all of it without TP; under TP the parameters split
-  // over the group, and the replicated ones on TP rank 0 only (norm_runs_).
+  // Σ g² over this rank's gradient tensor `grads` (the strategy's) that the global norm counts
+  // from this rank: all of it without TP; under TP the parameters split over the group, and the
+  // replicated ones on TP rank 0 only (the strategy's norm_runs).
   double grad_norm_squared_part(const Tensor& grads);
   // The global Σ g², the same bits on every rank.
   double grad_norm_squared(const Tensor& grads);
-  // (offset, count) ranges of the gradient tensor the norm counts on this rank, under TP.
-  std::vector<FlatRange> norm_runs_;
-  // The reduced gradient this rank holds, as spans of the flat layout in the backend's memory.
-  std::vector<FlatSpan> gradient_spans();
   // Collective: the first parameter in the whole model's order (an index of
   // model_param_names_) that has a non-finite value in some rank's `spans`; -1 when none has.
   int64_t first_nonfinite_spec(const std::vector<FlatSpan>& spans);
@@ -381,43 +249,29 @@ class Engine {
   std::unique_ptr<TensorParallel> tp_;
   GptDims dims_;
   EngineSettings settings_;
+  EngineTimes times_;
   std::vector<ParamSpec> specs_;
-  std::unique_ptr<FlatPartition> partition_;
-  std::unique_ptr<FlatParamStore> flat_store_;      // stages 0-2
-  std::unique_ptr<ShardedParamStore> sharded_store_;  // stage 3
+  std::vector<LayerGroup> groups_;  // n_layer + 2, empty where this rank holds none
+  // Declared before the models, which use its store: destroyed after them.
+  std::unique_ptr<ShardingStrategy> strategy_;
   std::vector<std::unique_ptr<Gpt>> models_;  // chunk c, slot k at c · slots_ + k
   // The head chunk's forwards of this step in the order they ran: which slot's model logged
   // which micro-batch's losses.
   std::vector<std::pair<Gpt*, int>> logged_heads_;
   Gpt* model_ = nullptr;
-  std::unique_ptr<AdamW> optimizer_;
   Comm* pp_ = nullptr;
   Comm* embedding_ = nullptr;
   int stages_ = 1, stage_ = 0, slots_ = 1;
   std::vector<GptChunk> chunks_;
-  std::vector<LayerGroup> groups_;  // n_layer + 2, empty where this rank holds none
   PipeShape shape_;
   int stopped_before_ = 0;  // of the last pipeline_step: its micro-batch count unless stopped
   std::vector<PipeAction> table_;
-  Buffer stage2_scratch_;  // stage 2 under PP: one group's gradient, padded for its reduce-scatter
-  Buffer logits_row_;      // PP samples: the last stage's logits, broadcast
+  Buffer logits_row_;  // PP samples: the last stage's logits, broadcast
   // Index of each of specs_ in the whole model's parameter order, and that order's names: how
   // ranks holding different parameters agree on "the first" one.
   std::vector<int64_t> spec_order_;
   std::vector<std::string> model_param_names_;
   LossScaler loss_scaler_;
-
-  std::vector<Bucket> buckets_;  // reduction order: last bucket of the layout first
-  std::vector<CommHandle> in_flight_;
-  size_t next_bucket_ = 0;
-  bool reducing_ = false;       // this backward issues reductions
-  bool stage2_pending_ = false;  // stage 2: recv_ holds a micro-batch's reduction to accumulate
-
-  Buffer grad_shard_;    // stage 1: reduced gradient shard; stage 2: accumulated gradient shard
-  Buffer recv_;          // stage 2: one micro-batch's reduce-scatter output
-  Buffer param_shard_;   // stages 1-2: owned fp32 parameters in shard layout (the master when mixed)
-  Buffer master_;        // stage 0, mixed precision: the fp32 master of the flat layout
-  Buffer work_shard_;    // stages 1-2, mixed precision: param_shard_ rounded, the all-gather source
   // Host copies of checkpoint spans on a device backend, per StateKind.
   struct StagedSpan {
     FlatSpan device;
@@ -428,7 +282,6 @@ class Engine {
   // when download), returned in their place; on the CPU the spans themselves.
   std::vector<FlatSpan> host_spans(std::vector<FlatSpan> spans, std::vector<StagedSpan>& staged, bool download);
   int micro_batches_ = 1, micro_index_ = 0;
-  EngineTimes times_;
 };
 
 }  // namespace strata

@@ -1,8 +1,8 @@
 // Pipeline parallelism in the engine: the rank's chunks of the model (one Gpt per chunk and
 // in-flight micro-batch slot, all on the one parameter store), the executor that runs this
 // rank's schedule table (compute, and the stage-to-stage transfers of each Communicate action
-// posted as one group), the gradient reductions after it, the tied embeddings' gradient summed
-// between the first and last stage, and inference through every stage.
+// posted as one group), the strategy's gradient reductions after it, the tied embeddings'
+// gradient summed between the first and last stage, and inference through every stage.
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -10,15 +10,10 @@
 #include <string>
 #include <thread>
 
-#include "parallel/parallel.h"
-#include "parallel/sharded_store.h"
+#include "engine/engine.h"
 
 namespace strata {
 namespace {
-
-Tensor f32_view(float* base, int64_t offset, int64_t count, Device device) {
-  return Tensor(base + offset, DType::F32, {count}, device);
-}
 
 // Pads a compute that began at `began` to at least `seconds` (the pipeline's cost hook).
 void pad_to(Backend& backend, const Timer& began, double seconds) {
@@ -175,10 +170,10 @@ void Engine::pipeline_step(const std::vector<const int32_t*>& tokens, const std:
       times_.forward += phase_seconds(t);
       continue;
     }
-    // SP's partial layernorm gradients are completed once per reduction: stages 2-3 reduce
-    // every micro-batch, stages 0-1 the sum after the chunk's last one.
-    g.backward_chunk(scaled_dloss, settings_.zero_stage >= 2 || a.micro_batch + 1 == m);
-    if (settings_.zero_stage == 2) reduce_chunk_stage2(a.chunk);
+    // SP's partial layernorm gradients are completed once per reduction: every micro-batch's
+    // when the strategy reduces each (stages 2-3), else the sum after the chunk's last one.
+    g.backward_chunk(scaled_dloss, strategy_->reduces_every_micro_batch() || a.micro_batch + 1 == m);
+    strategy_->chunk_backward_done(chunks_[static_cast<size_t>(a.chunk)]);
     pad_to(backend_, t, settings_.pipeline.backward_seconds);
     times_.backward += phase_seconds(t);
   }
@@ -187,19 +182,7 @@ void Engine::pipeline_step(const std::vector<const int32_t*>& tokens, const std:
   times_.pipeline += run.seconds();
   if (stopped_before_ < m) return;  // the caller abandons the step
   const Timer t;
-  switch (settings_.zero_stage) {
-    case 0:
-    case 1:
-      reduce_tied_embeddings();
-      for (size_t k = 0; k < buckets_.size(); ++k) issue_reduction(k);
-      wait_reductions();
-      break;
-    case 2: reduce_tied_embeddings(); break;
-    default:
-      sharded_store_->finish_reductions();
-      reduce_tied_embeddings();
-      break;
-  }
+  strategy_->finish_pipeline([this](const Tensor& grads) { sum_tied_embeddings(grads); });
   times_.backward += phase_seconds(t);
   micro_index_ = m;
 }
@@ -223,40 +206,10 @@ std::vector<float> Engine::take_step_losses() {
   return losses;
 }
 
-void Engine::reduce_chunk_stage2(int chunk) {
-  const GptChunk& c = chunks_[static_cast<size_t>(chunk)];
-  std::vector<int> groups;
-  if (c.embedding || c.head) groups.push_back(0);
-  for (int l = c.layer_begin; l < c.layer_end; ++l) groups.push_back(l + 1);
-  if (c.head) groups.push_back(dims_.n_layer + 1);
-  const Timer wait;
-  for (int group : groups) {
-    const PartitionUnit& u = partition_->units()[static_cast<size_t>(group)];
-    // The group's gradient, zero-padded to its unit, reduce-scattered into this rank's piece.
-    const Tensor padded = stage2_scratch_.view(0, DType::F32, {u.padded});
-    backend_.zero(padded);
-    const Tensor grads = f32_view(flat_grads(), u.begin, u.numel, device());
-    backend_.copy(grads, Tensor(padded.data, DType::F32, {u.numel}, padded.device));
-    const Tensor piece = f32_view(static_cast<float*>(recv_.data()), u.shard_offset, u.piece, device());
-    dp_.reduce_scatter(padded, piece, ReduceOp::Sum);
-    const Tensor acc = f32_view(static_cast<float*>(grad_shard_.data()), u.shard_offset, u.piece, device());
-    backend_.add(acc, acc, piece);
-    backend_.zero(grads);  // the chunk's next micro-batch accumulates from zero
-  }
-  times_.comm_wait += wait.seconds();
-}
-
-void Engine::reduce_tied_embeddings() {
+void Engine::sum_tied_embeddings(const Tensor& grads) {
   if (!tied()) return;
   const Timer wait;
-  if (settings_.zero_stage < 2) {
-    embedding_->all_reduce(f32_view(flat_grads(), groups_[0].begin, groups_[0].numel(), device()));
-  } else {
-    // Both stages lay the embeddings' group out alike, so their DP ranks own the same piece.
-    const PartitionUnit& u = partition_->units()[0];
-    float* shard = settings_.zero_stage == 2 ? static_cast<float*>(grad_shard_.data()) : sharded_store_->grads().f32();
-    embedding_->all_reduce(f32_view(shard, u.shard_offset, u.piece, device()));
-  }
+  embedding_->all_reduce(grads);
   times_.comm_wait += wait.seconds();
 }
 

@@ -1,0 +1,187 @@
+// Private to src/sharding: the three strategies behind make_sharding_strategy. Replicated (ZeRO
+// 0) and ShardedState (ZeRO 1-2) share the flat parameter store and the bucketed reduction of
+// FlatStrategy; ShardedParams (ZeRO 3) owns the ShardedParamStore, which reduces layer group by
+// layer group as backward releases them.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "sharding/sharded_param_store.h"
+#include "sharding/sharding.h"
+
+namespace strata {
+
+// A layout's sizes, for the strategies' memory estimates: n elements over dp ranks, padded to
+// a multiple of dp (shard = padded / dp); the embeddings' group and the widest other group.
+struct LayoutSize {
+  int64_t n = 0, padded = 0, shard = 0, embedding_group = 0, widest_group = 0;
+};
+
+// Stages 0-2: every parameter in one flat store (padded to a multiple of DP), the gradient
+// reduced in buckets, last bucket first, as backward completes them (with overlap) or after it.
+class FlatStrategy : public ShardingStrategy {
+ public:
+  ~FlatStrategy() override;
+  ParamStore& store() override { return *store_; }
+  bool model_holds_master() const override { return !mixed(); }
+  void begin_micro_batch(bool last) override;
+  void grad_ready(int group) override;
+  void end_micro_batch() override;
+  void finish_reductions() override { wait_reductions(); }
+  void params_loaded() override;
+
+ protected:
+  struct Bucket {
+    FlatRange range;
+    size_t unit = 0;  // index into the partition's units (stages 1-2)
+    int lowest_group = 0;
+  };
+  FlatStrategy(const ShardingPlace& place, const ShardingSettings& settings, const std::vector<FlatRange>& units);
+  // Buckets of `ranges` in reduction order (the last of the layout first); `unit_of_each`: the
+  // k-th range is partition unit k (stages 1-2), else unit 0.
+  void set_buckets(const std::vector<FlatRange>& ranges, bool unit_of_each);
+  // Stage 2: what a micro-batch needs before its backward writes the flat gradient.
+  virtual void before_micro_batch() {}
+  virtual CommHandle issue(const Bucket& bucket) = 0;
+  // After every reduction in flight has landed.
+  virtual void after_reductions() {}
+  // After master parameters changed: cast into the working copy (unless working_current) and
+  // whatever else makes every rank's model current.
+  virtual void refresh_working(bool working_current) = 0;
+  void issue_reduction(size_t k);
+  void issue_all_reductions();
+  void wait_reductions();
+  bool mixed() const { return settings_.precision != DType::F32; }
+  Device device() const { return backend_.device(); }
+  int64_t numel() const { return partition_->numel(); }
+  float* flat_params() const { return store_->padded_params().f32(); }  // fp32 only
+  float* flat_grads() const { return store_->padded_grads().f32(); }
+  // The flat gradient's view of layer group 0 (the embeddings), for the tied sum.
+  Tensor embedding_grads() const;
+  // Spans of this rank's owned runs: at the same flat offsets of `flat`, or at their shard
+  // offsets of `shard` (exactly one given).
+  std::vector<FlatSpan> owned_spans(float* flat, float* shard) const;
+
+  Backend& backend_;
+  Comm& dp_;
+  const std::vector<ParamSpec>& specs_;
+  const std::vector<LayerGroup>& groups_;
+  ShardingSettings settings_;
+  double* comm_wait_;
+  std::unique_ptr<FlatPartition> partition_;
+  std::unique_ptr<FlatParamStore> store_;
+
+ private:
+  std::vector<Bucket> buckets_;
+  std::vector<CommHandle> in_flight_;
+  size_t next_bucket_ = 0;
+  bool reducing_ = false;  // this micro-batch's backward issues reductions
+};
+
+// ZeRO 0: gradient all-reduced, Adam state and (mixed) the fp32 master flat on every rank; the
+// one-unit partition only splits checkpoint writing.
+class Replicated final : public FlatStrategy {
+ public:
+  Replicated(const ShardingPlace& place, const ShardingSettings& settings);
+  void begin_step() override;
+  bool reduces_every_micro_batch() const override { return false; }
+  void chunk_backward_done(const GptChunk&) override {}
+  void finish_pipeline(const std::function<void(const Tensor&)>& sum_tied) override;
+  Tensor grads() const override { return store_->grads(); }
+  bool grads_replicated() const override { return true; }
+  void update(float lr, float grad_multiplier) override;
+  std::vector<FlatSpan> saved_spans(StateKind kind) override;
+  std::vector<FlatSpan> held_spans(StateKind kind) override;
+  std::vector<FlatSpan> gradient_spans() override { return {{0, numel(), grads().f32()}}; }
+  MemoryRecord memory() const override;
+  static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size);
+
+ private:
+  CommHandle issue(const Bucket& bucket) override;
+  void refresh_working(bool working_current) override;
+  Tensor master() const;
+  Tensor working() const;  // mixed only
+  float* state(StateKind kind) const;
+  Buffer master_;  // mixed precision: the fp32 master of the flat layout
+};
+
+// ZeRO 1-2: each rank owns a shard of every bucket (1) or layer group (2 under a pipeline):
+// the reduced gradient, the fp32 parameters and Adam's moments of its shard, and after the
+// update all-gathers them into every rank's flat copy. Stage 1 reduce-scatters the gradient
+// once per step; stage 2 (reduce_every_micro_batch) after every micro-batch, accumulating
+// into the shard, so the flat gradient holds one micro-batch's only.
+class ShardedState final : public FlatStrategy {
+ public:
+  ShardedState(const ShardingPlace& place, const ShardingSettings& settings, bool reduce_every_micro_batch);
+  void begin_step() override;
+  bool reduces_every_micro_batch() const override { return every_micro_batch_; }
+  void chunk_backward_done(const GptChunk& chunk) override;
+  void finish_pipeline(const std::function<void(const Tensor&)>& sum_tied) override;
+  Tensor grads() const override { return shard_view(grad_shard_); }
+  bool grads_replicated() const override { return false; }
+  void update(float lr, float grad_multiplier) override;
+  std::vector<FlatSpan> saved_spans(StateKind kind) override;
+  std::vector<FlatSpan> held_spans(StateKind kind) override;
+  std::vector<FlatSpan> gradient_spans() override { return owned_spans(nullptr, grads().f32()); }
+  MemoryRecord memory() const override;
+  static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size, bool every_micro_batch);
+
+ private:
+  void before_micro_batch() override;
+  CommHandle issue(const Bucket& bucket) override;
+  void after_reductions() override;
+  void refresh_working(bool working_current) override;
+  Tensor shard_view(const Buffer& buffer) const;
+  bool every_micro_batch_;
+  bool pending_ = false;  // stage 2: recv_ holds a micro-batch's reduction to accumulate
+  Buffer grad_shard_;     // stage 1: reduced gradient shard; stage 2: accumulated gradient shard
+  Buffer recv_;           // stage 2: one micro-batch's reduce-scatter output
+  Buffer param_shard_;    // owned fp32 parameters in shard layout (the master when mixed)
+  Buffer work_shard_;     // mixed precision: param_shard_ rounded, the all-gather source
+  Buffer chunk_scratch_;  // stage 2 under PP: one group's gradient, padded for its reduce-scatter
+};
+
+// ZeRO 3: parameters sharded too; the ShardedParamStore gathers each layer group as the model
+// reaches it and reduce-scatters its gradient into the shard as backward releases it.
+class ShardedParams final : public ShardingStrategy {
+ public:
+  ShardedParams(const ShardingPlace& place, const ShardingSettings& settings);
+  ParamStore& store() override { return *store_; }
+  bool model_holds_master() const override { return false; }
+  void begin_step() override { store_->begin_step(); }
+  void begin_micro_batch(bool) override {}
+  bool reduces_every_micro_batch() const override { return true; }
+  void grad_ready(int) override {}
+  void end_micro_batch() override {}
+  void finish_reductions() override { store_->finish_reductions(); }
+  void chunk_backward_done(const GptChunk&) override {}
+  void finish_pipeline(const std::function<void(const Tensor&)>& sum_tied) override;
+  Tensor grads() const override { return store_->grads(); }
+  bool grads_replicated() const override { return false; }
+  void update(float lr, float grad_multiplier) override;
+  void params_loaded() override { refresh_working(false); }
+  std::vector<FlatSpan> saved_spans(StateKind kind) override;
+  std::vector<FlatSpan> held_spans(StateKind kind) override { return saved_spans(kind); }
+  std::vector<FlatSpan> gradient_spans() override;
+  MemoryRecord memory() const override;
+  static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size);
+
+ private:
+  void refresh_working(bool working_current);
+  std::vector<FlatSpan> owned_spans(float* shard) const;
+  Backend& backend_;
+  ShardingSettings settings_;
+  std::unique_ptr<FlatPartition> partition_;
+  std::unique_ptr<ShardedParamStore> store_;
+};
+
+// AdamW ranges (weight decay per parameter) of a shard laid out by `runs`, and of the flat layout.
+std::vector<ParamRange> shard_ranges(const std::vector<ParamSpec>& specs, const std::vector<OwnedRun>& runs);
+std::vector<ParamRange> flat_ranges(const std::vector<ParamSpec>& specs);
+// Spans of `runs`: at their flat offsets of `flat`, or at their shard offsets of `shard`.
+std::vector<FlatSpan> spans_of(const std::vector<OwnedRun>& runs, float* flat, float* shard);
+inline Tensor f32_view(float* base, int64_t offset, int64_t count, Device device) {
+  return Tensor(base + offset, DType::F32, {count}, device);
+}
+
+}  // namespace strata
