@@ -273,22 +273,6 @@ class MpiComm final : public Comm {
     return finish(operation);
   }
 
-  CommHandle exchange_async(Tensor send_data, int send_peer, Tensor recv_data, int recv_peer, int tag) override {
-    check_tensor(name(), "exchange", send_data, Device::CPU);
-    check_tensor(name(), "exchange", recv_data, Device::CPU);
-    check_peer(name(), "exchange", send_peer, size_, rank_, false);
-    check_peer(name(), "exchange", recv_peer, size_, rank_, false);
-    check_tag(name(), "exchange", tag);
-    record("send", static_cast<int64_t>(send_data.bytes()));
-    record("recv", static_cast<int64_t>(recv_data.bytes()));
-    auto operation = new_operation("exchange", send_data.bytes() + recv_data.bytes());
-    operation->post_recv(recv_data.data, recv_data.numel(), static_cast<int>(dtype_size(recv_data.dtype)),
-                         mpi_type(recv_data.dtype), recv_peer, tag, p2p_comm_);
-    operation->post_send(send_data.data, send_data.numel(), static_cast<int>(dtype_size(send_data.dtype)),
-                         mpi_type(send_data.dtype), send_peer, tag, p2p_comm_);
-    return finish(operation);
-  }
-
   // Every rank tells every other one it has arrived: O(p) empty messages per rank, and a
   // rank that never arrives is named by everyone waiting for it.
   void barrier() override {

@@ -189,24 +189,6 @@ class NcclComm final : public Comm {
     return handle("recv", data.bytes());
   }
 
-  CommHandle exchange_async(Tensor send_data, int send_peer, Tensor recv_data, int recv_peer, int tag) override {
-    check_tensor(name(), "exchange", send_data, Device::CUDA);
-    check_tensor(name(), "exchange", recv_data, Device::CUDA);
-    check_peer(name(), "exchange", send_peer, size_, rank_, false);
-    check_peer(name(), "exchange", recv_peer, size_, rank_, false);
-    check_tag(name(), "exchange", tag);
-    record("send", static_cast<int64_t>(send_data.bytes()));
-    record("recv", static_cast<int64_t>(recv_data.bytes()));
-    after_producer();
-    // One group: NCCL posts both halves together, so ranks that all send first cannot
-    // deadlock waiting for each other's receive.
-    NCCL_CHECK(ncclGroupStart());
-    NCCL_CHECK(ncclSend(send_data.data, send_data.bytes(), ncclUint8, send_peer, nccl_, stream_));
-    NCCL_CHECK(ncclRecv(recv_data.data, recv_data.bytes(), ncclUint8, recv_peer, nccl_, stream_));
-    NCCL_CHECK(ncclGroupEnd());
-    return handle("exchange", send_data.bytes() + recv_data.bytes());
-  }
-
   CommHandle p2p_group_async(const std::vector<Message>& sends, const std::vector<Message>& recvs) override {
     size_t bytes = 0;
     for (const Message& m : sends) {

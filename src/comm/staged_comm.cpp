@@ -112,13 +112,6 @@ class StagedComm final : public Comm {
     record("recv", static_cast<int64_t>(data.bytes()));
     return done(std::move(inner), {d});
   }
-  CommHandle exchange_async(Tensor send_data, int send_peer, Tensor recv_data, int recv_peer, int tag) override {
-    Staged s = stage(*staging_, send_data, true), r = stage(*staging_, recv_data, false);
-    CommHandle inner = host_->exchange_async(s.host, send_peer, r.host, recv_peer, tag);
-    record("send", static_cast<int64_t>(send_data.bytes()));
-    record("recv", static_cast<int64_t>(recv_data.bytes()));
-    return done(std::move(inner), {r}, {s});
-  }
   void barrier() override {
     record("barrier", 0);
     host_->barrier();

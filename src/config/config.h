@@ -8,25 +8,27 @@
 #include <string>
 #include <vector>
 
+#include "model/model.h"
+#include "optim/optim.h"
+#include "pipeline/pipeline.h"
+
 namespace strata {
 
 enum class OptimizerType { AdamW, Adam };
-enum class SchedulerType { Constant, WarmupLR, WarmupDecayLR, WarmupCosineLR };
 enum class WarmupType { Log, Linear };
 enum class OffloadDevice { None, Cpu, Nvme };
-enum class Recompute { None, Selective, Full };
-enum class PipelineSchedule { OneFOneB, GPipe, Interleaved };
 enum class PipelinePartition { Uniform, Parameters, Explicit };
 enum class DeviceKind { Auto, Cpu, Cuda };
 enum class CommBackend { Auto, Nccl, Mpi };
 
-// The spelling each enum value has in a config file.
+// The spelling each enum value has in a config file (the types the config does not declare are
+// those of the modules that use them: LrScheduleType, ActivationRecompute, PipeSchedule).
 const char* to_string(OptimizerType v);
-const char* to_string(SchedulerType v);
+const char* to_string(LrScheduleType v);
 const char* to_string(WarmupType v);
 const char* to_string(OffloadDevice v);
-const char* to_string(Recompute v);
-const char* to_string(PipelineSchedule v);
+const char* to_string(ActivationRecompute v);
+const char* to_string(PipeSchedule v);
 const char* to_string(PipelinePartition v);
 const char* to_string(DeviceKind v);
 const char* to_string(CommBackend v);
@@ -75,7 +77,7 @@ struct SchedulerParams {
 // `scheduler`; no section in the file means a constant learning rate.
 struct SchedulerConfig {
   /// Constant (no section), WarmupLR, WarmupDecayLR or WarmupCosineLR.
-  SchedulerType type = SchedulerType::Constant;
+  LrScheduleType type = LrScheduleType::Constant;
   /// Parameters of the chosen type.
   SchedulerParams params;
 };
@@ -175,13 +177,13 @@ struct ModelConfig {
   /// Context length T.
   int seq_len = 1024;
   /// Activation recomputation in backward: none, selective (attention core) or full (whole layer).
-  Recompute recompute = Recompute::None;
+  ActivationRecompute recompute = ActivationRecompute::None;
 };
 
 // `parallelism.pipeline`.
 struct PipelineConfig {
   /// 1f1b, gpipe or interleaved.
-  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  PipeSchedule schedule = PipeSchedule::OneFOneB;
   /// Model chunks per pipeline rank (interleaved schedule).
   int virtual_stages = 1;
   /// How layers are assigned to stages: uniform (equal layer counts, the remainder to the middle
@@ -351,8 +353,6 @@ struct ModelPreset {
 };
 const std::vector<ModelPreset>& model_presets();
 
-// Parameters of a GPT-2 with tied embeddings: V·C + T·C + L·(12C² + 13C) + 2C.
-int64_t count_gpt_params(int n_layer, int d_model, int vocab_size, int seq_len);
 
 // Parses YAML (or JSON: a DeepSpeed ds_config JSON is valid YAML) text/file, applies `--set`
 // overrides ("a.b.c=value"), validates, resolves. Throws UserErrors listing EVERY problem,

@@ -60,7 +60,7 @@ class YamlWriter {
 };
 
 void write_scheduler(const SchedulerConfig& s, YamlWriter& w) {
-  if (s.type == SchedulerType::Constant) {
+  if (s.type == LrScheduleType::Constant) {
     w.comment("no scheduler section: constant learning rate");
     return;
   }

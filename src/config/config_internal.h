@@ -105,7 +105,7 @@ class MapReader {
 };
 
 // The parameters a scheduler type takes, in DeepSpeed's order.
-std::vector<std::string> scheduler_param_names(SchedulerType type);
+std::vector<std::string> scheduler_param_names(LrScheduleType type);
 
 // Parses a YAML tree into cfg; problems go to log.
 void parse_config_tree(const YAML::Node& root, Config& cfg, ErrorLog& log);
@@ -129,11 +129,11 @@ struct BatchSizes {
 std::optional<ConfigError> derive_batch_sizes(const Config& cfg, int dp_size, BatchSizes& out);
 
 extern const EnumNames<OptimizerType> kOptimizerTypes;
-extern const EnumNames<SchedulerType> kSchedulerTypes;  // excludes Constant (no section)
+extern const EnumNames<LrScheduleType> kSchedulerTypes;  // excludes Constant (no section)
 extern const EnumNames<WarmupType> kWarmupTypes;
 extern const EnumNames<OffloadDevice> kOffloadDevices;
-extern const EnumNames<Recompute> kRecomputeModes;
-extern const EnumNames<PipelineSchedule> kPipelineSchedules;
+extern const EnumNames<ActivationRecompute> kRecomputeModes;
+extern const EnumNames<PipeSchedule> kPipelineSchedules;
 extern const EnumNames<PipelinePartition> kPipelinePartitions;
 extern const EnumNames<DeviceKind> kDeviceKinds;
 extern const EnumNames<CommBackend> kCommBackends;

@@ -11,17 +11,18 @@ namespace strata {
 namespace config_detail {
 
 const EnumNames<OptimizerType> kOptimizerTypes = {{"AdamW", OptimizerType::AdamW}, {"Adam", OptimizerType::Adam}};
-const EnumNames<SchedulerType> kSchedulerTypes = {{"WarmupLR", SchedulerType::WarmupLR},
-                                                  {"WarmupDecayLR", SchedulerType::WarmupDecayLR},
-                                                  {"WarmupCosineLR", SchedulerType::WarmupCosineLR}};
+const EnumNames<LrScheduleType> kSchedulerTypes = {{"WarmupLR", LrScheduleType::WarmupLR},
+                                                  {"WarmupDecayLR", LrScheduleType::WarmupDecayLR},
+                                                  {"WarmupCosineLR", LrScheduleType::WarmupCosineLR}};
 const EnumNames<WarmupType> kWarmupTypes = {{"log", WarmupType::Log}, {"linear", WarmupType::Linear}};
 const EnumNames<OffloadDevice> kOffloadDevices = {
     {"none", OffloadDevice::None}, {"cpu", OffloadDevice::Cpu}, {"nvme", OffloadDevice::Nvme}};
-const EnumNames<Recompute> kRecomputeModes = {
-    {"none", Recompute::None}, {"selective", Recompute::Selective}, {"full", Recompute::Full}};
-const EnumNames<PipelineSchedule> kPipelineSchedules = {{"1f1b", PipelineSchedule::OneFOneB},
-                                                        {"gpipe", PipelineSchedule::GPipe},
-                                                        {"interleaved", PipelineSchedule::Interleaved}};
+const EnumNames<ActivationRecompute> kRecomputeModes = {
+    {"none", ActivationRecompute::None}, {"selective", ActivationRecompute::Selective}, {"full", ActivationRecompute::Full}};
+const EnumNames<PipeSchedule> kPipelineSchedules = {
+    {pipe_schedule_name(PipeSchedule::OneFOneB), PipeSchedule::OneFOneB},
+    {pipe_schedule_name(PipeSchedule::GPipe), PipeSchedule::GPipe},
+    {pipe_schedule_name(PipeSchedule::Interleaved), PipeSchedule::Interleaved}};
 const EnumNames<PipelinePartition> kPipelinePartitions = {{"uniform", PipelinePartition::Uniform},
                                                           {"parameters", PipelinePartition::Parameters},
                                                           {"explicit", PipelinePartition::Explicit}};
@@ -30,15 +31,15 @@ const EnumNames<DeviceKind> kDeviceKinds = {
 const EnumNames<CommBackend> kCommBackends = {
     {"auto", CommBackend::Auto}, {"nccl", CommBackend::Nccl}, {"mpi", CommBackend::Mpi}};
 
-std::vector<std::string> scheduler_param_names(SchedulerType type) {
+std::vector<std::string> scheduler_param_names(LrScheduleType type) {
   switch (type) {
-    case SchedulerType::WarmupLR:
+    case LrScheduleType::WarmupLR:
       return {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"};
-    case SchedulerType::WarmupDecayLR:
+    case LrScheduleType::WarmupDecayLR:
       return {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps"};
-    case SchedulerType::WarmupCosineLR:
+    case LrScheduleType::WarmupCosineLR:
       return {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type"};
-    case SchedulerType::Constant:
+    case LrScheduleType::Constant:
       break;
   }
   return {};
@@ -103,10 +104,10 @@ void parse_scheduler(MapReader in, SchedulerConfig& out) {
     in.error("type", "required when a scheduler section is given; one of " + join(type_names) +
                          " (leave out the scheduler section for a constant learning rate)");
   }
-  SchedulerType type = SchedulerType::Constant;
+  LrScheduleType type = LrScheduleType::Constant;
   const bool type_ok = in.read_enum("type", type, kSchedulerTypes);
   MapReader params = in.section("params");
-  if (type_ok && type != SchedulerType::Constant) {
+  if (type_ok && type != LrScheduleType::Constant) {
     out.type = type;
     const std::vector<std::string> names = scheduler_param_names(type);
     for (const auto& name : names) read_scheduler_param(params, name, out.params);
@@ -273,13 +274,13 @@ void parse_config_tree(const YAML::Node& root, Config& cfg, ErrorLog& log) {
 }  // namespace config_detail
 
 const char* to_string(OptimizerType v) { return config_detail::name_in(config_detail::kOptimizerTypes, v); }
-const char* to_string(SchedulerType v) {
-  return v == SchedulerType::Constant ? "Constant" : config_detail::name_in(config_detail::kSchedulerTypes, v);
+const char* to_string(LrScheduleType v) {
+  return v == LrScheduleType::Constant ? "Constant" : config_detail::name_in(config_detail::kSchedulerTypes, v);
 }
 const char* to_string(WarmupType v) { return config_detail::name_in(config_detail::kWarmupTypes, v); }
 const char* to_string(OffloadDevice v) { return config_detail::name_in(config_detail::kOffloadDevices, v); }
-const char* to_string(Recompute v) { return config_detail::name_in(config_detail::kRecomputeModes, v); }
-const char* to_string(PipelineSchedule v) { return config_detail::name_in(config_detail::kPipelineSchedules, v); }
+const char* to_string(ActivationRecompute v) { return config_detail::name_in(config_detail::kRecomputeModes, v); }
+const char* to_string(PipeSchedule v) { return config_detail::name_in(config_detail::kPipelineSchedules, v); }
 const char* to_string(PipelinePartition v) {
   return config_detail::name_in(config_detail::kPipelinePartitions, v);
 }

@@ -16,15 +16,6 @@ const std::vector<ModelPreset>& model_presets() {
   return presets;
 }
 
-int64_t count_gpt_params(int n_layer, int d_model, int vocab_size, int seq_len) {
-  const int64_t c = d_model;
-  const int64_t embeddings = int64_t{vocab_size} * c + int64_t{seq_len} * c;  // wte (tied head) + wpe
-  // Per block: ln_1, ln_2 (2C each), c_attn (3C² + 3C), attn c_proj (C² + C), c_fc (4C² + 4C),
-  // mlp c_proj (4C² + C).
-  const int64_t per_layer = 12 * c * c + 13 * c;
-  return embeddings + n_layer * per_layer + 2 * c;  // + ln_f
-}
-
 namespace config_detail {
 
 const ModelPreset* find_preset(const std::string& name) {
@@ -77,8 +68,9 @@ void resolve_config(Config& cfg, int world_size) {
   // Padding to 128 × TP keeps every TP slice of the vocabulary a multiple of 128 rows.
   const int64_t multiple = int64_t{128} * d.tp_size;
   d.padded_vocab = static_cast<int>((m.vocab_size + multiple - 1) / multiple * multiple);
-  d.n_params = count_gpt_params(*m.n_layer, *m.d_model, d.padded_vocab, m.seq_len);
-  d.n_params_unpadded = count_gpt_params(*m.n_layer, *m.d_model, m.vocab_size, m.seq_len);
+  // The closed form needs no head count (n_head may still be invalid here; validation says so).
+  d.n_params = gpt_param_count({*m.n_layer, 0, *m.d_model, m.vocab_size, d.padded_vocab, m.seq_len});
+  d.n_params_unpadded = gpt_param_count({*m.n_layer, 0, *m.d_model, m.vocab_size, m.vocab_size, m.seq_len});
   // 6N for the matmuls against parameters (2 forward + 4 backward), plus attention scores and
   // weighted values: 2·2·L·C·T per token forward, ×3 with backward, halved for the causal mask.
   d.flops_per_token = 6 * d.n_params + 6 * int64_t{*m.n_layer} * int64_t{*m.d_model} * seq_len;

@@ -60,22 +60,22 @@ void check_optimizer(const OptimizerConfig& o, Problems& p) {
 }
 
 void check_scheduler(const SchedulerConfig& s, Problems& p) {
-  if (s.type == SchedulerType::Constant) return;
+  if (s.type == LrScheduleType::Constant) return;
   const SchedulerParams& q = s.params;
   const std::string type = to_string(s.type);
-  if (s.type != SchedulerType::WarmupCosineLR) {
+  if (s.type != LrScheduleType::WarmupCosineLR) {
     p.at_least("scheduler.params.warmup_min_lr", q.warmup_min_lr, 0.0);
     p.at_least("scheduler.params.warmup_max_lr", q.warmup_max_lr, 0.0);
   }
   p.at_least<int64_t>("scheduler.params.warmup_num_steps", q.warmup_num_steps, 0);
-  if (s.type == SchedulerType::WarmupLR) return;
+  if (s.type == LrScheduleType::WarmupLR) return;
   if (!q.total_num_steps) {
     p.add("scheduler.params.total_num_steps",
           fmt::format("required for {} (the step where the decay ends, usually train.iters)", type));
   } else {
     p.at_least<int64_t>("scheduler.params.total_num_steps", *q.total_num_steps, 1);
   }
-  if (s.type == SchedulerType::WarmupCosineLR) {
+  if (s.type == LrScheduleType::WarmupCosineLR) {
     p.fraction("scheduler.params.warmup_min_ratio", q.warmup_min_ratio);
     p.fraction("scheduler.params.cos_min_ratio", q.cos_min_ratio);
     // The cosine phase has length total - warmup (warmup clamped to ≥ 2): it must not be empty.
@@ -195,7 +195,7 @@ void check_pipeline(const Config& c, int dp_size, Problems& p) {
   const int pp = par.pipeline_model_parallel_size;
   const int v = pl.virtual_stages;
   if (pp < 1 || v < 1) return;  // reported by check_parallelism
-  const bool interleaved = pl.schedule == PipelineSchedule::Interleaved;
+  const bool interleaved = pl.schedule == PipeSchedule::Interleaved;
   if (v > 1 && !interleaved)
     p.add("parallelism.pipeline.virtual_stages",
           fmt::format("{} model chunks per stage need schedule: interleaved (the schedule is {})", v,

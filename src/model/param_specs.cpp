@@ -179,8 +179,12 @@ std::vector<ParamSpec> gpt_rank_specs(const GptDims& dims, TpSlice tp, const std
 }
 
 int64_t gpt_param_count(const GptDims& dims) {
-  const std::vector<ParamSpec> specs = gpt_param_specs(dims);
-  return specs.back().offset + specs.back().numel;
+  const int64_t c = dims.d_model;
+  const int64_t embeddings = int64_t{dims.padded_vocab} * c + int64_t{dims.seq_len} * c;  // wte (tied head) + wpe
+  // Per block: ln_1, ln_2 (2C each), c_attn (3C² + 3C), attn c_proj (C² + C), c_fc (4C² + 4C),
+  // mlp c_proj (4C² + C).
+  const int64_t per_layer = 12 * c * c + 13 * c;
+  return embeddings + dims.n_layer * per_layer + 2 * c;  // + ln_f
 }
 
 TpPlacement tp_placement(const ParamSpec& spec) {

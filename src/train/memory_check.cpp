@@ -45,9 +45,7 @@ MemoryRecord estimate_stage_memory(const Config& cfg, const EngineSettings& sett
   sharding.pipelined = pp > 1;
   MemoryRecord e = estimate_sharding_memory(sharding, specs, gpt_layer_groups(specs, dims.n_layer + 2), dp);
   const bool sp = cfg.parallelism.sequence_parallel && tp > 1;
-  const ActivationRecompute recompute = cfg.model.recompute == Recompute::Full        ? ActivationRecompute::Full
-                                        : cfg.model.recompute == Recompute::Selective ? ActivationRecompute::Selective
-                                                                                      : ActivationRecompute::None;
+  const ActivationRecompute recompute = cfg.model.recompute;
   for (const GptChunk& chunk : plan.chunks) {
     e.activations += plan.slots * static_cast<int64_t>(gpt_activation_bytes(dims, cfg.derived.micro_batch, recompute,
                                                                             settings.sharding.precision, tp, sp, nullptr, chunk)

@@ -23,12 +23,7 @@ GptDims gpt_dims_from_config(const Config& cfg) {
 LrScheduleSettings lr_schedule_from_config(const Config& cfg) {
   const SchedulerParams& p = cfg.scheduler.params;
   LrScheduleSettings s;
-  switch (cfg.scheduler.type) {
-    case SchedulerType::Constant: s.type = LrScheduleType::Constant; break;
-    case SchedulerType::WarmupLR: s.type = LrScheduleType::WarmupLR; break;
-    case SchedulerType::WarmupDecayLR: s.type = LrScheduleType::WarmupDecayLR; break;
-    case SchedulerType::WarmupCosineLR: s.type = LrScheduleType::WarmupCosineLR; break;
-  }
+  s.type = cfg.scheduler.type;
   s.lr = cfg.optimizer.params.lr;
   s.warmup_min_lr = p.warmup_min_lr;
   s.warmup_max_lr = p.warmup_max_lr;
@@ -71,9 +66,7 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.sequence_parallel = cfg.parallelism.sequence_parallel && cfg.derived.tp_size > 1;
   const PipelineConfig& pl = cfg.parallelism.pipeline;
   const int stages = cfg.derived.pp_size;
-  s.pipeline.schedule = pl.schedule == PipelineSchedule::GPipe        ? PipeSchedule::GPipe
-                        : pl.schedule == PipelineSchedule::Interleaved ? PipeSchedule::Interleaved
-                                                                       : PipeSchedule::OneFOneB;
+  s.pipeline.schedule = pl.schedule;
   s.pipeline.virtual_stages = s.pipeline.schedule == PipeSchedule::Interleaved ? pl.virtual_stages : 1;
   s.pipeline.micro_batches = cfg.derived.grad_accum;
   // STRATA_PIPE_COST_MS="F,B": every chunk's forward lasts at least F ms and its backward B ms,

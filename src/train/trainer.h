@@ -23,14 +23,6 @@ namespace strata {
 
 inline std::string bytes_text(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
-inline ActivationRecompute recompute_of(const Config& cfg) {
-  switch (cfg.model.recompute) {
-    case Recompute::Full: return ActivationRecompute::Full;
-    case Recompute::Selective: return ActivationRecompute::Selective;
-    default: return ActivationRecompute::None;
-  }
-}
-
 inline std::string precision_text(DType precision) {
   switch (precision) {
     case DType::BF16:
@@ -107,7 +99,7 @@ class Trainer {
         memory_checked_(memory_checked(mpi, cfg_, device_)),
         engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_,
                                           engine_groups(topology_), dims_, cfg_.derived.micro_batch,
-                                          recompute_of(cfg_), engine_settings_from_config(cfg_))),
+                                          cfg_.model.recompute, engine_settings_from_config(cfg_))),
         engine_(*engine_owner_),
         schedule_(lr_schedule_from_config(cfg_)) {
     BatchLayout layout;

@@ -90,9 +90,11 @@ TEST_CASE("send and recv pass a ring, tags keep two messages apart") {
   for (size_t i = 0; i < in_a.size(); ++i) CHECK(in_a[i] == rank_value(left, static_cast<int64_t>(i)));
   for (size_t i = 0; i < in_b.size(); ++i) CHECK(in_b[i] == -rank_value(left, static_cast<int64_t>(i)));
 
-  // exchange: everyone sends right and receives from the left in one call.
+  // A group of one send and one receive: everyone sends right and receives from the left.
   std::vector<int32_t> mine = {r, 10 * r}, theirs = {-1, -1};
-  comm->exchange(Tensor(mine.data(), DType::I32, {2}), right, Tensor(theirs.data(), DType::I32, {2}), left, 1);
+  comm->p2p_group_async({{Tensor(mine.data(), DType::I32, {2}), right, 1}},
+                        {{Tensor(theirs.data(), DType::I32, {2}), left, 1}})
+      ->wait();
   CHECK(theirs == std::vector<int32_t>{left, 10 * left});
 }
 
@@ -108,8 +110,9 @@ TEST_CASE("counters record calls and payload bytes exactly as defined") {
   comm->broadcast(Tensor(a.data(), DType::F32, {25}), 0);
   comm->barrier();
   if (p > 1) {
-    comm->exchange(Tensor(a.data(), DType::F32, {7}), (r + 1) % p, Tensor(a.data() + 50, DType::F32, {7}),
-                   (r + p - 1) % p, 0);
+    comm->p2p_group_async({{Tensor(a.data(), DType::F32, {7}), (r + 1) % p, 0}},
+                          {{Tensor(a.data() + 50, DType::F32, {7}), (r + p - 1) % p, 0}})
+        ->wait();
     CommHandle in = comm->recv_async(Tensor(a.data() + 60, DType::F32, {3}), (r + p - 1) % p, 2);
     comm->send(Tensor(a.data(), DType::F32, {3}), (r + 1) % p, 2);
     in->wait();

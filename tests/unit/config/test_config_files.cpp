@@ -42,9 +42,9 @@ TEST_CASE("every file in configs/ validates at its smallest world size (TP × PP
 
 TEST_CASE("the GPT-2 configs use their preset and a 0.5M-token batch at world size 8") {
   const std::pair<const char*, int64_t> expected[] = {{"gpt2-124m", 124439808},
-                                                      {"gpt2-350m", count_gpt_params(24, 1024, 50257, 1024)},
-                                                      {"gpt2-774m", count_gpt_params(36, 1280, 50257, 1024)},
-                                                      {"gpt2-1558m", count_gpt_params(48, 1600, 50257, 1024)}};
+                                                      {"gpt2-350m", gpt_param_count({24, 16, 1024, 50257, 50257, 1024})},
+                                                      {"gpt2-774m", gpt_param_count({36, 20, 1280, 50257, 50257, 1024})},
+                                                      {"gpt2-1558m", gpt_param_count({48, 25, 1600, 50257, 50257, 1024})}};
   for (const auto& e : expected) {
     INFO(e.first);
     const Config c = load_config_file(source_path(std::string("configs/") + e.first + ".yaml"), {}, 8);
@@ -54,13 +54,13 @@ TEST_CASE("the GPT-2 configs use their preset and a 0.5M-token batch at world si
     CHECK(c.optimizer.params.betas == std::array<double, 2>{0.9, 0.95});
     CHECK(c.optimizer.params.weight_decay == 0.1);
     CHECK(c.gradient_clipping == 1.0);
-    CHECK(c.scheduler.type == SchedulerType::WarmupCosineLR);
+    CHECK(c.scheduler.type == LrScheduleType::WarmupCosineLR);
     CHECK(c.data.train == "data/fineweb10B/fineweb_train_*.bin");
   }
   // Rough sizes in the preset names, as a check on the presets table itself.
-  CHECK(count_gpt_params(24, 1024, 50257, 1024) / 1000000 == 354);
-  CHECK(count_gpt_params(36, 1280, 50257, 1024) / 1000000 == 774);
-  CHECK(count_gpt_params(48, 1600, 50257, 1024) / 1000000 == 1557);
+  CHECK(gpt_param_count({24, 16, 1024, 50257, 50257, 1024}) / 1000000 == 354);
+  CHECK(gpt_param_count({36, 20, 1280, 50257, 50257, 1024}) / 1000000 == 774);
+  CHECK(gpt_param_count({48, 25, 1600, 50257, 50257, 1024}) / 1000000 == 1557);
 }
 
 TEST_CASE("quickstart is a byte-level model on the KJV shards") {
@@ -80,5 +80,5 @@ TEST_CASE("the ds_config example derives gradient accumulation from the world si
   const std::string file = source_path("configs/examples/ds_config.json");
   CHECK(load_config_file(file, {}, 8).derived.grad_accum == 2);
   CHECK(load_config_file(file, {}, 1).derived.grad_accum == 16);
-  CHECK(load_config_file(file, {}, 8).scheduler.type == SchedulerType::WarmupDecayLR);
+  CHECK(load_config_file(file, {}, 8).scheduler.type == LrScheduleType::WarmupDecayLR);
 }

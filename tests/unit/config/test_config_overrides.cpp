@@ -19,7 +19,7 @@ TEST_CASE("overrides replace values and create missing sections") {
   CHECK(c.optimizer.params.lr == 3e-4);
   CHECK(c.data.train == "shards/*.bin");
   CHECK(c.data.shuffle);
-  CHECK(c.scheduler.type == SchedulerType::WarmupLR);
+  CHECK(c.scheduler.type == LrScheduleType::WarmupLR);
   CHECK(c.scheduler.params.warmup_num_steps == 7);
 }
 

@@ -16,7 +16,7 @@ TEST_CASE("a minimal config gets the documented defaults") {
   CHECK(c.optimizer.params.eps == 1e-8);
   CHECK(c.optimizer.params.weight_decay == 0.01);
   CHECK(c.optimizer.params.adam_w_mode);
-  CHECK(c.scheduler.type == SchedulerType::Constant);
+  CHECK(c.scheduler.type == LrScheduleType::Constant);
   CHECK_FALSE(c.fp16.enabled);
   CHECK(c.fp16.initial_scale_power == 16);
   CHECK(c.fp16.loss_scale_window == 1000);
@@ -33,7 +33,7 @@ TEST_CASE("a minimal config gets the documented defaults") {
   CHECK(c.gradient_clipping == 0.0);
   CHECK(c.steps_per_print == 10);
   CHECK_FALSE(c.activation_checkpointing.number_checkpoints.has_value());
-  CHECK(c.parallelism.pipeline.schedule == PipelineSchedule::OneFOneB);
+  CHECK(c.parallelism.pipeline.schedule == PipeSchedule::OneFOneB);
   CHECK(c.train.iters == 1000);
   CHECK(c.train.eval_iters == 20);
   CHECK(c.train.seed == 1234);
@@ -90,7 +90,7 @@ comm: {backend: mpi}
   CHECK(c.optimizer.params.eps == 1e-6);
   CHECK(c.optimizer.params.weight_decay == 0.05);
   CHECK_FALSE(c.optimizer.params.adam_w_mode);
-  CHECK(c.scheduler.type == SchedulerType::WarmupCosineLR);
+  CHECK(c.scheduler.type == LrScheduleType::WarmupCosineLR);
   CHECK(*c.scheduler.params.total_num_steps == 500);
   CHECK(c.scheduler.params.warmup_min_ratio == 0.1);
   CHECK(c.scheduler.params.warmup_num_steps == 20);
@@ -117,7 +117,7 @@ comm: {backend: mpi}
   CHECK(*c.model.d_model == 32);
   CHECK(c.model.vocab_size == 300);
   CHECK(c.model.seq_len == 16);
-  CHECK(c.model.recompute == Recompute::Full);
+  CHECK(c.model.recompute == ActivationRecompute::Full);
   CHECK(c.data.train == "shards/train_*.bin");
   CHECK(c.data.val == "shards/val_*.bin");
   CHECK(c.data.shuffle);
@@ -142,7 +142,7 @@ TEST_CASE("WarmupLR and WarmupDecayLR take their own parameters") {
   Config c = load(std::string(kTinyConfig) + R"(
 scheduler: {type: WarmupLR, params: {warmup_min_lr: 1e-5, warmup_max_lr: 2e-3, warmup_num_steps: 30}}
 )");
-  CHECK(c.scheduler.type == SchedulerType::WarmupLR);
+  CHECK(c.scheduler.type == LrScheduleType::WarmupLR);
   CHECK(c.scheduler.params.warmup_min_lr == 1e-5);
   CHECK(c.scheduler.params.warmup_max_lr == 2e-3);
   CHECK(c.scheduler.params.warmup_num_steps == 30);
@@ -150,7 +150,7 @@ scheduler: {type: WarmupLR, params: {warmup_min_lr: 1e-5, warmup_max_lr: 2e-3, w
   c = load(std::string(kTinyConfig) + R"(
 scheduler: {type: WarmupDecayLR, params: {warmup_max_lr: 5e-4, warmup_num_steps: 10, total_num_steps: 90}}
 )");
-  CHECK(c.scheduler.type == SchedulerType::WarmupDecayLR);
+  CHECK(c.scheduler.type == LrScheduleType::WarmupDecayLR);
   CHECK(*c.scheduler.params.total_num_steps == 90);
   CHECK(c.scheduler.params.warmup_max_lr == 5e-4);
 }
@@ -185,7 +185,7 @@ TEST_CASE("a DeepSpeed ds_config JSON file is accepted as-is") {
                         {}, 8);
   CHECK(*c.gradient_accumulation_steps == 2);  // 64 / (4 × 8)
   CHECK(c.optimizer.params.lr == 6e-4);
-  CHECK(c.scheduler.type == SchedulerType::WarmupDecayLR);
+  CHECK(c.scheduler.type == LrScheduleType::WarmupDecayLR);
   CHECK(c.gradient_clipping == 1.0);
   CHECK(c.zero_optimization.reduce_bucket_size == 500000000);
   CHECK(c.derived.dp_size == 8);
@@ -221,7 +221,7 @@ TEST_CASE("derived values of gpt2-124m: parameter counts, padding, FLOPs, batch"
   CHECK(d.grad_accum == 2);
   CHECK(d.global_batch == 64);
   CHECK(d.tokens_per_step == 64 * 1024);
-  CHECK(count_gpt_params(12, 768, 50257, 1024) == 124439808);
+  CHECK(gpt_param_count({12, 12, 768, 50257, 50257, 1024}) == 124439808);
 
   const std::string text = derived_to_yaml(c);
   const YAML::Node node = YAML::Load(text)["derived"];
@@ -310,6 +310,6 @@ TEST_CASE("config_to_yaml of a constant-lr config round-trips without a schedule
   const std::string text = config_to_yaml(original);
   CHECK(text.find("\nscheduler:") == std::string::npos);
   const Config again = load(text);
-  CHECK(again.scheduler.type == SchedulerType::Constant);
+  CHECK(again.scheduler.type == LrScheduleType::Constant);
   CHECK(config_to_yaml(again) == text);
 }
