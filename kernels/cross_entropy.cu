@@ -15,6 +15,8 @@ namespace {
 using detail::from_float;
 using detail::Pack;
 using detail::to_float;
+using detail::bits_of;
+using detail::element_of;
 
 struct MaxSum {
   float max;
@@ -115,33 +117,8 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
 constexpr int kOnePassThreads = 512;
 constexpr int kOnePassPacks = 16;
 
-// The row is held as raw 16-byte words (a plain uint4 array stays in registers, where an array of
-// 16-bit class types went to local memory); element e of a word, exactly widened to fp32.
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-template <typename T>
-__device__ __forceinline__ float element_of(const uint4& v, int e) {
-  const auto bits = static_cast<uint16_t>(word_of(v, e / 2) >> (16 * (e & 1)));
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const uint32_t wide = static_cast<uint32_t>(bits) << 16;  // bf16 is fp32's upper half
-    float f;
-    memcpy(&f, &wide, sizeof(f));
-    return f;
-  } else {
-    T h;
-    memcpy(&h, &bits, sizeof(h));
-    return to_float(h);
-  }
-}
-template <typename T>
-__device__ __forceinline__ uint32_t bits_of(float f) {
-  const T v = from_float<T>(f);
-  uint16_t bits;
-  memcpy(&bits, &v, sizeof(bits));
-  return bits;
-}
-
+// The row is held as raw 16-byte words (device_helpers.cuh: a plain uint4 array stays in
+// registers, where an array of 16-bit class types went to local memory).
 template <typename T>
 __global__ void __launch_bounds__(kOnePassThreads)
     cross_entropy_one_pass_kernel(T* logits, void* losses, ElemType losses_type, const int32_t* targets,

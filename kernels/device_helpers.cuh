@@ -1,5 +1,5 @@
 // Device-side helpers shared by the kernel .cu files: fp32 load/store of every element type,
-// 16-byte packs, fixed-order warp/block reductions, dtype dispatch and the two-pass column
+// 16-byte packs and raw 16-byte words, fixed-order warp/block reductions, dtype dispatch and the two-pass column
 // reduction. Device code: include from .cu files only (the public .cuh files stay host-safe).
 #pragma once
 #ifndef __CUDACC__
@@ -9,6 +9,8 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "kernel_types.cuh"
 
@@ -94,6 +96,62 @@ __device__ V block_sum(V v, V* scratch) {
 template <int kThreads>
 __device__ float block_max(float v, float* scratch) {  // exact: any order gives the same bits
   return block_reduce<kThreads>(v, scratch, -INFINITY, [](float x) { return warp_max(x); });
+}
+
+// ---- raw 16-byte words ----
+// A 16-byte word of T held as a plain uint4 (an array of 16-bit class types could go to local
+// memory, where registers hold the uint4): part i of it, element e exactly widened to fp32, the
+// bits of one value rounded to T, and a word made of kPerWord fp32 values rounded to T.
+template <typename T>
+constexpr int kPerWord = static_cast<int>(16 / sizeof(T));
+
+__device__ __forceinline__ uint32_t part_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <typename T>
+__device__ __forceinline__ float element_of(const uint4& v, int e) {
+  if constexpr (sizeof(T) == 4 || std::is_same_v<T, __nv_bfloat16>) {
+    // fp32 as is; bf16 is fp32's upper half, so a shift or a mask widens it.
+    const uint32_t part = part_of(v, sizeof(T) == 4 ? e : e / 2);
+    const uint32_t bits = sizeof(T) == 4 ? part : (e & 1) ? (part & 0xffff0000u) : (part << 16);
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+  } else {
+    const auto bits = static_cast<uint16_t>(part_of(v, e / 2) >> (16 * (e & 1)));
+    T h;
+    memcpy(&h, &bits, sizeof(h));
+    return to_float(h);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t bits_of(float f) {
+  const T v = from_float<T>(f);
+  if constexpr (sizeof(T) == 4) {
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    return bits;
+  } else {
+    uint16_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    return bits;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 word_of(const float (&f)[kPerWord<T>]) {
+  uint32_t p[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      p[i] = bits_of<T>(f[i]);
+    } else {
+      p[i] = bits_of<T>(f[2 * i]) | (bits_of<T>(f[2 * i + 1]) << 16);
+    }
+  }
+  return make_uint4(p[0], p[1], p[2], p[3]);
 }
 
 // ---- dtype dispatch ----

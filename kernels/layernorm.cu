@@ -34,6 +34,9 @@ namespace {
 
 using detail::from_float;
 using detail::to_float;
+using detail::element_of;
+using detail::kPerWord;
+using detail::word_of;
 using detail::warp_sum;
 
 constexpr double kEps = 1e-5;
@@ -41,59 +44,6 @@ constexpr int kThreads = 32 * kLayerNormRowsPerBlock;
 
 // ---- the one-pass kernels ----
 
-// A 16-byte word of T held as a plain uint4 (an array of 16-bit class types could go to local
-// memory): element e, exactly widened to fp32, and a word made of kPerWord fp32 values rounded to T.
-template <typename T>
-constexpr int kPerWord = static_cast<int>(16 / sizeof(T));
-
-__device__ __forceinline__ uint32_t part_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-template <typename T>
-__device__ __forceinline__ float element_of(const uint4& v, int e) {
-  if constexpr (sizeof(T) == 4 || std::is_same_v<T, __nv_bfloat16>) {
-    // fp32 as is; bf16 is fp32's upper half, so a shift or a mask widens it.
-    const uint32_t part = part_of(v, sizeof(T) == 4 ? e : e / 2);
-    const uint32_t bits = sizeof(T) == 4 ? part : (e & 1) ? (part & 0xffff0000u) : (part << 16);
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-  } else {
-    const auto bits = static_cast<uint16_t>(part_of(v, e / 2) >> (16 * (e & 1)));
-    T h;
-    memcpy(&h, &bits, sizeof(h));
-    return to_float(h);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t bits_of(float f) {
-  const T v = from_float<T>(f);
-  if constexpr (sizeof(T) == 4) {
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof(bits));
-    return bits;
-  } else {
-    uint16_t bits;
-    memcpy(&bits, &v, sizeof(bits));
-    return bits;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ uint4 word_of(const float (&f)[kPerWord<T>]) {
-  uint32_t p[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (sizeof(T) == 4) {
-      p[i] = bits_of<T>(f[i]);
-    } else {
-      p[i] = bits_of<T>(f[2 * i]) | (bits_of<T>(f[2 * i + 1]) << 16);
-    }
-  }
-  return make_uint4(p[0], p[1], p[2], p[3]);
-}
 
 // The warp's row, held as words[i] = word lane + 32 · i of the row (absent past `words`): its
 // statistics in double, then y and, from lane 0, mean/rstd. weight and bias never alias y, so

@@ -1,12 +1,15 @@
-// Writes a Config back in file format. Numbers use the shortest text that parses back to
-// the same double and strings are always double-quoted, so load_config_text(config_to_yaml(c))
-// reproduces c exactly; checkpoints rely on that to store the run's config.
+// Writes a Config back in file format by walking the field table (config_fields.h). Numbers use
+// the shortest text that parses back to the same double and strings are always double-quoted,
+// so load_config_text(config_to_yaml(c)) reproduces c exactly; checkpoints rely on that to store
+// the run's config.
 #include <fmt/format.h>
 
-#include "config/config_internal.h"
+#include "config/config_fields.h"
 
 namespace strata {
 namespace {
+
+using config_detail::EnumNames;
 
 std::string quoted(const std::string& text) {
   std::string out = "\"";
@@ -81,151 +84,66 @@ void write_scheduler(const SchedulerConfig& s, YamlWriter& w) {
   w.close();
 }
 
-void write_offload(const char* name, const OffloadConfig& o, YamlWriter& w) {
-  w.open(name);
-  w.key("device", to_string(o.device));
-  w.key("pin_memory", boolean(o.pin_memory));
-  w.close();
-}
-
-void write_deepspeed_sections(const Config& c, YamlWriter& w) {
-  if (c.train_batch_size) w.key("train_batch_size", number(*c.train_batch_size));
-  if (c.train_micro_batch_size_per_gpu)
-    w.key("train_micro_batch_size_per_gpu", number(*c.train_micro_batch_size_per_gpu));
-  if (c.gradient_accumulation_steps) w.key("gradient_accumulation_steps", number(*c.gradient_accumulation_steps));
-
-  w.open("optimizer");
-  w.key("type", to_string(c.optimizer.type));
-  w.open("params");
-  const AdamParams& a = c.optimizer.params;
-  w.key("lr", number(a.lr));
-  w.key("betas", "[" + number(a.betas[0]) + ", " + number(a.betas[1]) + "]");
-  w.key("eps", number(a.eps));
-  w.key("weight_decay", number(a.weight_decay));
-  w.key("adam_w_mode", boolean(a.adam_w_mode));
-  w.close();
-  w.close();
-
-  write_scheduler(c.scheduler, w);
-
-  const Fp16Config& f = c.fp16;
-  w.open("fp16");
-  w.key("enabled", boolean(f.enabled));
-  w.key("loss_scale", number(f.loss_scale));
-  w.key("initial_scale_power", number(f.initial_scale_power));
-  w.key("loss_scale_window", number(f.loss_scale_window));
-  w.key("hysteresis", number(f.hysteresis));
-  w.key("consecutive_hysteresis", boolean(f.consecutive_hysteresis));
-  w.key("min_loss_scale", number(f.min_loss_scale));
-  w.close();
-  w.open("bf16");
-  w.key("enabled", boolean(c.bf16.enabled));
-  w.close();
-
-  const ZeroConfig& z = c.zero_optimization;
-  w.open("zero_optimization");
-  w.key("stage", number(z.stage));
-  if (z.overlap_comm) w.key("overlap_comm", boolean(*z.overlap_comm));
-  w.key("contiguous_gradients", boolean(z.contiguous_gradients));
-  w.key("reduce_scatter", boolean(z.reduce_scatter));
-  w.key("reduce_bucket_size", number(z.reduce_bucket_size));
-  if (z.allgather_bucket_size) w.key("allgather_bucket_size", number(*z.allgather_bucket_size));
-  if (z.stage3_prefetch_bucket_size) w.key("stage3_prefetch_bucket_size", number(*z.stage3_prefetch_bucket_size));
-  w.key("stage3_param_persistence_threshold", number(z.stage3_param_persistence_threshold));
-  write_offload("offload_optimizer", z.offload_optimizer, w);
-  write_offload("offload_param", z.offload_param, w);
-  w.close();
-
-  w.key("gradient_clipping", number(c.gradient_clipping));
-  w.key("steps_per_print", number(c.steps_per_print));
-  w.key("wall_clock_breakdown", boolean(c.wall_clock_breakdown));
-
-  const ActivationCheckpointingConfig& ac = c.activation_checkpointing;
-  w.open("activation_checkpointing");
-  w.key("partition_activations", boolean(ac.partition_activations));
-  w.key("cpu_checkpointing", boolean(ac.cpu_checkpointing));
-  w.key("contiguous_memory_optimization", boolean(ac.contiguous_memory_optimization));
-  w.key("synchronize_checkpoint_boundary", boolean(ac.synchronize_checkpoint_boundary));
-  w.key("profile", boolean(ac.profile));
-  w.key("number_checkpoints", ac.number_checkpoints ? number(*ac.number_checkpoints) : "null");
-  w.close();
-}
-
-void write_strata_sections(const Config& c, YamlWriter& w) {
-  const ModelConfig& m = c.model;
-  w.open("model");
-  w.key("preset", quoted(m.preset));
-  if (m.n_layer) w.key("n_layer", number(*m.n_layer));
-  if (m.n_head) w.key("n_head", number(*m.n_head));
-  if (m.d_model) w.key("d_model", number(*m.d_model));
-  w.key("vocab_size", number(m.vocab_size));
-  w.key("seq_len", number(m.seq_len));
-  w.key("recompute", to_string(m.recompute));
-  w.close();
-
-  const ParallelismConfig& p = c.parallelism;
-  w.open("parallelism");
-  w.key("tensor_model_parallel_size", number(p.tensor_model_parallel_size));
-  w.key("pipeline_model_parallel_size", number(p.pipeline_model_parallel_size));
-  w.key("sequence_parallel", boolean(p.sequence_parallel));
-  w.open("pipeline");
-  w.key("schedule", to_string(p.pipeline.schedule));
-  w.key("virtual_stages", number(p.pipeline.virtual_stages));
-  if (p.pipeline.partition == PipelinePartition::Explicit) {
-    std::string list;
-    for (int n : p.pipeline.partition_layers) list += (list.empty() ? "" : ", ") + number(n);
-    w.key("partition", "[" + list + "]");
-  } else {
-    w.key("partition", to_string(p.pipeline.partition));
+// The field table's writer: each field a `key: value` line, each section an indented map.
+class FieldWriter {
+ public:
+  explicit FieldWriter(YamlWriter& w) : w_(w) {}
+  void value(const char* name, bool v) { w_.key(name, boolean(v)); }
+  void value(const char* name, int v) { w_.key(name, number(v)); }
+  void value(const char* name, int64_t v) { w_.key(name, number(v)); }
+  void value(const char* name, double v) { w_.key(name, number(v)); }
+  void value(const char* name, const std::string& v) { w_.key(name, quoted(v)); }
+  void value(const char* name, const std::array<double, 2>& v) {
+    w_.key(name, "[" + number(v[0]) + ", " + number(v[1]) + "]");
   }
-  w.close();
-  w.close();
+  template <typename T>
+  void value(const char* name, const std::optional<T>& v) {  // unset: no line (the default applies)
+    if (v) value(name, *v);
+  }
+  template <typename T>
+  void nullable(const char* name, const std::optional<T>& v) {
+    w_.key(name, v ? number(*v) : "null");
+  }
+  void count(const char* name, int64_t v) { w_.key(name, number(v)); }
+  void count(const char* name, const std::optional<int64_t>& v) {
+    if (v) count(name, *v);
+  }
+  template <typename E>
+  void choice(const char* name, E v, const EnumNames<E>&) {
+    w_.key(name, to_string(v));
+  }
+  template <typename E>
+  void choice_any_case(const char* name, E v, const EnumNames<E>& names) {
+    choice(name, v, names);
+  }
+  template <typename Fn>
+  void section(const char* name, Fn&& fields) {
+    w_.open(name);
+    fields(*this);
+    w_.close();
+  }
+  void scheduler(const SchedulerConfig& s) { write_scheduler(s, w_); }
+  void pipeline_partition(const PipelineConfig& p) {
+    if (p.partition != PipelinePartition::Explicit) {
+      w_.key("partition", to_string(p.partition));
+      return;
+    }
+    std::string list;
+    for (int n : p.partition_layers) list += (list.empty() ? "" : ", ") + number(n);
+    w_.key("partition", "[" + list + "]");
+  }
 
-  w.open("data");
-  w.key("train", quoted(c.data.train));
-  w.key("val", quoted(c.data.val));
-  w.key("shuffle", boolean(c.data.shuffle));
-  w.close();
-
-  w.open("train");
-  w.key("iters", number(c.train.iters));
-  w.key("eval_interval", number(c.train.eval_interval));
-  w.key("eval_iters", number(c.train.eval_iters));
-  w.key("seed", number(c.train.seed));
-  w.key("max_nonfinite_steps", number(c.train.max_nonfinite_steps));
-  w.close();
-
-  const CheckpointConfig& k = c.checkpoint;
-  w.open("checkpoint");
-  w.key("dir", quoted(k.dir));
-  w.key("save_interval", number(k.save_interval));
-  w.key("save_initial", boolean(k.save_initial));
-  w.key("keep_last", number(k.keep_last));
-  w.key("resume", quoted(k.resume));
-  w.key("overwrite", boolean(k.overwrite));
-  w.close();
-
-  const LoggingConfig& l = c.logging;
-  w.open("logging");
-  w.key("metrics_file", quoted(l.metrics_file));
-  w.key("sample_interval", number(l.sample_interval));
-  w.key("sample_tokens", number(l.sample_tokens));
-  w.key("sample_prompt", quoted(l.sample_prompt));
-  w.close();
-
-  w.key("device", to_string(c.device));
-  w.open("comm");
-  w.key("backend", to_string(c.comm.backend));
-  w.close();
-}
+ private:
+  YamlWriter& w_;
+};
 
 }  // namespace
 
 std::string config_to_yaml(const Config& cfg) {
   YamlWriter w;
   w.comment("strata config: every key, defaults filled in");
-  write_deepspeed_sections(cfg, w);
-  write_strata_sections(cfg, w);
+  FieldWriter fields(w);
+  config_detail::config_fields(fields, cfg);
   return w.text();
 }
 

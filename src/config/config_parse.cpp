@@ -1,11 +1,11 @@
-// The schema as code: walks a YAML tree section by section into the typed Config. The
-// order of the reads is the order keys are listed in messages and in config_to_yaml.
-// Only types are checked here; ranges and cross-key rules are validate's job.
+// Reads a YAML tree into the typed Config by walking the field table (config_fields.h), whose
+// order is the order keys are listed in messages and in config_to_yaml. Only types are checked
+// here; ranges and cross-key rules are validate's job.
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "config/config_internal.h"
+#include "config/config_fields.h"
 
 namespace strata {
 namespace config_detail {
@@ -72,20 +72,6 @@ const std::map<std::string, std::string>& deepspeed_only_keys() {
   return hints;
 }
 
-void parse_optimizer(MapReader in, OptimizerConfig& out) {
-  in.read_enum("type", out.type, kOptimizerTypes, /*ignore_case=*/true);
-  MapReader params = in.section("params");
-  params.read("lr", out.params.lr);
-  params.read("betas", out.params.betas);
-  params.read("eps", out.params.eps);
-  params.read("weight_decay", out.params.weight_decay);
-  params.read("adam_w_mode", out.params.adam_w_mode);
-  params.finish();
-  in.finish();
-}
-
-
-
 void read_scheduler_param(MapReader& in, const std::string& name, SchedulerParams& out) {
   if (name == "warmup_min_lr") in.read(name, out.warmup_min_lr);
   if (name == "warmup_max_lr") in.read(name, out.warmup_max_lr);
@@ -124,150 +110,70 @@ void parse_scheduler(MapReader in, SchedulerConfig& out) {
   in.finish();
 }
 
-void parse_fp16(MapReader in, Fp16Config& out) {
-  in.read("enabled", out.enabled);
-  in.read("loss_scale", out.loss_scale);
-  in.read("initial_scale_power", out.initial_scale_power);
-  in.read("loss_scale_window", out.loss_scale_window);
-  in.read("hysteresis", out.hysteresis);
-  in.read("consecutive_hysteresis", out.consecutive_hysteresis);
-  in.read("min_loss_scale", out.min_loss_scale);
-  in.finish();
-}
-
-void parse_offload(MapReader in, OffloadConfig& out) {
-  in.read_enum("device", out.device, kOffloadDevices);
-  in.read("pin_memory", out.pin_memory);
-  in.finish();
-}
-
-void parse_zero(MapReader in, ZeroConfig& out) {
-  in.read("stage", out.stage);
-  in.read("overlap_comm", out.overlap_comm);
-  in.read("contiguous_gradients", out.contiguous_gradients);
-  in.read("reduce_scatter", out.reduce_scatter);
-  in.read_count("reduce_bucket_size", out.reduce_bucket_size);
-  in.read_count("allgather_bucket_size", out.allgather_bucket_size);
-  in.read_count("stage3_prefetch_bucket_size", out.stage3_prefetch_bucket_size);
-  in.read_count("stage3_param_persistence_threshold", out.stage3_param_persistence_threshold);
-  parse_offload(in.section("offload_optimizer"), out.offload_optimizer);
-  parse_offload(in.section("offload_param"), out.offload_param);
-  in.finish();
-}
-
-void parse_activation_checkpointing(MapReader in, ActivationCheckpointingConfig& out) {
-  in.read("partition_activations", out.partition_activations);
-  in.read("cpu_checkpointing", out.cpu_checkpointing);
-  in.read("contiguous_memory_optimization", out.contiguous_memory_optimization);
-  in.read("synchronize_checkpoint_boundary", out.synchronize_checkpoint_boundary);
-  in.read("profile", out.profile);
-  in.read("number_checkpoints", out.number_checkpoints);
-  in.finish();
-}
-
-void parse_model(MapReader in, ModelConfig& out) {
-  in.read("preset", out.preset);
-  in.read("n_layer", out.n_layer);
-  in.read("n_head", out.n_head);
-  in.read("d_model", out.d_model);
-  in.read("vocab_size", out.vocab_size);
-  in.read("seq_len", out.seq_len);
-  in.read_enum("recompute", out.recompute, kRecomputeModes);
-  in.finish();
-}
-
-void parse_parallelism(MapReader in, ParallelismConfig& out) {
-  in.read("tensor_model_parallel_size", out.tensor_model_parallel_size);
-  in.read("pipeline_model_parallel_size", out.pipeline_model_parallel_size);
-  in.read("sequence_parallel", out.sequence_parallel);
-  MapReader pipeline = in.section("pipeline");
-  pipeline.read_enum("schedule", out.pipeline.schedule, kPipelineSchedules);
-  pipeline.read("virtual_stages", out.pipeline.virtual_stages);
+// parallelism.pipeline.partition: a list of layers per model chunk, or the name of a rule.
+void read_partition(MapReader& pipeline, PipelineConfig& out) {
   if (pipeline.is_sequence("partition")) {
-    pipeline.read("partition", out.pipeline.partition_layers);
-    out.pipeline.partition = PipelinePartition::Explicit;
-  } else {
-    // An explicit partition is the list itself; "explicit" names the kind only when printed.
-    const EnumNames<PipelinePartition> by_name = {kPipelinePartitions[0], kPipelinePartitions[1]};
-    std::string name;
-    pipeline.read("partition", name);
-    if (name == "explicit") {
-      pipeline.error("partition", "give the layers of each model chunk as a list, e.g. [3, 5]; the names are "
-                                  "uniform and parameters");
-    } else {
-      pipeline.read_enum("partition", out.pipeline.partition, by_name);
-    }
+    pipeline.read("partition", out.partition_layers);
+    out.partition = PipelinePartition::Explicit;
+    return;
   }
-  pipeline.finish();
-  in.finish();
+  // An explicit partition is the list itself; "explicit" names the kind only when printed.
+  const EnumNames<PipelinePartition> by_name = {kPipelinePartitions[0], kPipelinePartitions[1]};
+  std::string name;
+  pipeline.read("partition", name);
+  if (name == "explicit") {
+    pipeline.error("partition", "give the layers of each model chunk as a list, e.g. [3, 5]; the names are "
+                                "uniform and parameters");
+  } else {
+    pipeline.read_enum("partition", out.partition, by_name);
+  }
 }
 
-void parse_data(MapReader in, DataConfig& out) {
-  in.read("train", out.train);
-  in.read("val", out.val);
-  in.read("shuffle", out.shuffle);
-  in.finish();
-}
 
-void parse_train(MapReader in, TrainConfig& out) {
-  in.read("iters", out.iters);
-  in.read("eval_interval", out.eval_interval);
-  in.read("eval_iters", out.eval_iters);
-  in.read("seed", out.seed);
-  in.read("max_nonfinite_steps", out.max_nonfinite_steps);
-  in.finish();
-}
+// The field table's reader: each field read from this map, each section from a nested one.
+class FieldReader {
+ public:
+  explicit FieldReader(MapReader in) : in_(std::move(in)) {}
+  template <typename T>
+  void value(const char* name, T& out) {
+    in_.read(name, out);
+  }
+  template <typename T>
+  void nullable(const char* name, T& out) {
+    in_.read(name, out);
+  }
+  template <typename T>
+  void count(const char* name, T& out) {
+    in_.read_count(name, out);
+  }
+  template <typename E>
+  void choice(const char* name, E& out, const EnumNames<E>& names) {
+    in_.read_enum(name, out, names);
+  }
+  template <typename E>
+  void choice_any_case(const char* name, E& out, const EnumNames<E>& names) {
+    in_.read_enum(name, out, names, /*ignore_case=*/true);
+  }
+  template <typename Fn>
+  void section(const char* name, Fn&& fields) {
+    FieldReader sub(in_.section(name));
+    fields(sub);
+    sub.in_.finish();
+  }
+  void scheduler(SchedulerConfig& out) { parse_scheduler(in_.section("scheduler"), out); }
+  void pipeline_partition(PipelineConfig& out) { read_partition(in_, out); }
+  // Reports the keys no field asked for.
+  void finish(const std::map<std::string, std::string>& hints) { in_.finish(hints); }
 
-void parse_checkpoint(MapReader in, CheckpointConfig& out) {
-  in.read("dir", out.dir);
-  in.read("save_interval", out.save_interval);
-  in.read("save_initial", out.save_initial);
-  in.read("keep_last", out.keep_last);
-  in.read("resume", out.resume);
-  in.read("overwrite", out.overwrite);
-  in.finish();
-}
-
-void parse_logging(MapReader in, LoggingConfig& out) {
-  in.read("metrics_file", out.metrics_file);
-  in.read("sample_interval", out.sample_interval);
-  in.read("sample_tokens", out.sample_tokens);
-  in.read("sample_prompt", out.sample_prompt);
-  in.finish();
-}
+ private:
+  MapReader in_;
+};
 
 }  // namespace
 
 void parse_config_tree(const YAML::Node& root, Config& cfg, ErrorLog& log) {
-  MapReader top(root, "", log);
-  top.read("train_batch_size", cfg.train_batch_size);
-  top.read("train_micro_batch_size_per_gpu", cfg.train_micro_batch_size_per_gpu);
-  top.read("gradient_accumulation_steps", cfg.gradient_accumulation_steps);
-  parse_optimizer(top.section("optimizer"), cfg.optimizer);
-  parse_scheduler(top.section("scheduler"), cfg.scheduler);
-  parse_fp16(top.section("fp16"), cfg.fp16);
-  {
-    MapReader bf16 = top.section("bf16");
-    bf16.read("enabled", cfg.bf16.enabled);
-    bf16.finish();
-  }
-  parse_zero(top.section("zero_optimization"), cfg.zero_optimization);
-  top.read("gradient_clipping", cfg.gradient_clipping);
-  top.read("steps_per_print", cfg.steps_per_print);
-  top.read("wall_clock_breakdown", cfg.wall_clock_breakdown);
-  parse_activation_checkpointing(top.section("activation_checkpointing"), cfg.activation_checkpointing);
-  parse_model(top.section("model"), cfg.model);
-  parse_parallelism(top.section("parallelism"), cfg.parallelism);
-  parse_data(top.section("data"), cfg.data);
-  parse_train(top.section("train"), cfg.train);
-  parse_checkpoint(top.section("checkpoint"), cfg.checkpoint);
-  parse_logging(top.section("logging"), cfg.logging);
-  top.read_enum("device", cfg.device, kDeviceKinds);
-  {
-    MapReader comm = top.section("comm");
-    comm.read_enum("backend", cfg.comm.backend, kCommBackends);
-    comm.finish();
-  }
+  FieldReader top(MapReader(root, "", log));
+  config_fields(top, cfg);
   top.finish(deepspeed_only_keys());
 }
 

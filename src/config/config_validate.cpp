@@ -158,9 +158,6 @@ int check_parallelism(const Config& c, int world_size, Problems& p) {
   if (m.n_head && *m.n_head >= 1 && *m.n_head % tp != 0)
     p.add("parallelism.tensor_model_parallel_size",
           fmt::format("model.n_head = {} is not divisible by tensor_model_parallel_size {}", *m.n_head, tp));
-  if (m.n_layer && *m.n_layer >= 1 && *m.n_layer < pp)
-    p.add("parallelism.pipeline_model_parallel_size",
-          fmt::format("{} pipeline stages need at least as many layers, but model.n_layer = {}", pp, *m.n_layer));
   const int64_t model_parallel = int64_t{tp} * pp;
   if (world_size % model_parallel != 0) {
     p.add("parallelism", fmt::format("world size {} is not divisible by TP×PP = {} (tensor_model_parallel_size {} "
@@ -187,44 +184,39 @@ void check_sequence_parallel(const Config& c, int dp_size, Problems& p) {
                       sizes.micro, c.model.seq_len, rows, tp));
 }
 
-// The pipeline's shape: chunks (stages × virtual stages) each with a layer, an explicit list
-// that partitions the model, interleaving with its chunk count and micro-batches.
+// The config key of each pipeline setting a shape problem names.
+const char* pipe_setting_key(PipeSetting setting) {
+  switch (setting) {
+    case PipeSetting::Stages: return "parallelism.pipeline_model_parallel_size";
+    case PipeSetting::VirtualStages: return "parallelism.pipeline.virtual_stages";
+    case PipeSetting::Schedule: return "parallelism.pipeline.schedule";
+    case PipeSetting::MicroBatches: return "gradient_accumulation_steps";
+  }
+  return "parallelism.pipeline";
+}
+
+// The pipeline's shape, by the pipeline's own rules (pipe_shape_problems), and an explicit list
+// that must partition the model into its chunks.
 void check_pipeline(const Config& c, int dp_size, Problems& p) {
   const ParallelismConfig& par = c.parallelism;
   const PipelineConfig& pl = par.pipeline;
   const int pp = par.pipeline_model_parallel_size;
   const int v = pl.virtual_stages;
   if (pp < 1 || v < 1) return;  // reported by check_parallelism
-  const bool interleaved = pl.schedule == PipeSchedule::Interleaved;
-  if (v > 1 && !interleaved)
-    p.add("parallelism.pipeline.virtual_stages",
-          fmt::format("{} model chunks per stage need schedule: interleaved (the schedule is {})", v,
-                      to_string(pl.schedule)));
-  if (interleaved && v < 2)
-    p.add("parallelism.pipeline.schedule",
-          "interleaved needs parallelism.pipeline.virtual_stages of 2 or more (with 1 it is 1f1b)");
-  if (interleaved && pp < 2)
-    p.add("parallelism.pipeline.schedule",
-          "interleaved needs parallelism.pipeline_model_parallel_size of 2 or more");
-  const int chunks = pp * (interleaved ? v : 1);
+  PipeShape shape{pl.schedule, pp, v, 0};
+  BatchSizes sizes;
+  // Micro-batches per step: unknown (0, not checked) when the batch keys are inconsistent,
+  // which check_batch reports.
+  if (dp_size >= 1 && !derive_batch_sizes(c, dp_size, sizes)) shape.micro_batches = sizes.accum;
   const ModelConfig m = expand_preset(c.model);
-  if (m.n_layer && *m.n_layer >= 1 && *m.n_layer < chunks && chunks > pp)
-    p.add("parallelism.pipeline.virtual_stages",
-          fmt::format("pipeline_model_parallel_size {} × virtual_stages {} = {} model chunks need at least as many "
-                      "layers, but model.n_layer = {}",
-                      pp, v, chunks, *m.n_layer));
+  const int n_layer = m.n_layer && *m.n_layer >= 1 ? *m.n_layer : 0;
+  for (const PipeShapeProblem& problem : pipe_shape_problems(shape, n_layer)) {
+    p.add(pipe_setting_key(problem.setting), problem.message);
+  }
   if (pl.partition == PipelinePartition::Explicit && m.n_layer) {
+    const int chunks = pp * (pl.schedule == PipeSchedule::Interleaved ? v : 1);
     const std::string problem = explicit_partition_problem(pl.partition_layers, *m.n_layer, chunks);
     if (!problem.empty()) p.add("parallelism.pipeline.partition", problem);
-  }
-  if (interleaved && pp >= 2 && dp_size >= 1) {
-    BatchSizes sizes;
-    if (derive_batch_sizes(c, dp_size, sizes)) return;  // reported by check_batch
-    if (sizes.accum % pp != 0)
-      p.add("gradient_accumulation_steps",
-            fmt::format("{} micro-batches per step: the interleaved schedule needs a multiple of "
-                        "pipeline_model_parallel_size {}",
-                        sizes.accum, pp));
   }
 }
 

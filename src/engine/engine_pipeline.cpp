@@ -29,19 +29,18 @@ PipelineStagePlan pipeline_stage_plan(const PipelineSettings& ps, int n_layer, i
   PipelineStagePlan plan;
   plan.shape = {ps.schedule, stages, ps.schedule == PipeSchedule::Interleaved ? ps.virtual_stages : 1,
                 ps.micro_batches};
-  const std::string problem = pipe_shape_problem(plan.shape);
-  if (!problem.empty()) throw UserError("parallelism.pipeline: " + problem);
+  const std::vector<PipeShapeProblem> problems = pipe_shape_problems(plan.shape, n_layer);
+  if (!problems.empty()) throw UserError("parallelism.pipeline: " + problems.front().message);
   const int chunk_count = stages * plan.shape.virtual_stages;
   const std::vector<ChunkLayers> layers = ps.partition.empty() ? uniform_partition(n_layer, chunk_count) : ps.partition;
+  // The partition comes from the config's (validated) key: one that does not fit is a bug here.
   if (static_cast<int>(layers.size()) != chunk_count || layers.back().end != n_layer) {
-    throw UserError("parallelism.pipeline.partition: " + std::to_string(layers.size()) + " chunks for " +
-                    std::to_string(chunk_count) + " (stages x virtual_stages) over model.n_layer " +
-                    std::to_string(n_layer));
+    throw std::logic_error("pipeline_stage_plan: " + std::to_string(layers.size()) + " chunks for " +
+                           std::to_string(chunk_count) + " over " + std::to_string(n_layer) + " layers");
   }
   for (int c = 0; c < plan.shape.virtual_stages; ++c) {
     const int k = c * stages + stage;
     const ChunkLayers& l = layers[static_cast<size_t>(k)];
-    if (l.count() < 1) throw UserError("parallelism.pipeline.partition: model chunk " + std::to_string(k) + " has no layer");
     plan.chunks.push_back({l.begin, l.end, k == 0, k == chunk_count - 1});
   }
   plan.slots = std::max(1, pipe_in_flight_bound(plan.shape, stage));

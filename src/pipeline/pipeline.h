@@ -68,9 +68,18 @@ struct PipeShape {
   int virtual_stages = 1;  // chunks per rank (interleaved only)
   int micro_batches = 1;   // per optimizer step
 };
-// "" when the shape can be scheduled, else why not (interleaving needs ≥ 2 stages and a
-// micro-batch count that is a multiple of the stages; the others one chunk per rank).
-std::string pipe_shape_problem(const PipeShape& shape);
+// The setting a shape problem is due to, so that the config can name its key.
+enum class PipeSetting { Stages, VirtualStages, Schedule, MicroBatches };
+struct PipeShapeProblem {
+  PipeSetting setting = PipeSetting::Stages;
+  std::string message;
+};
+// Every reason a pipeline of `shape` cannot run a model of n_layer layers, empty when it can:
+// interleaving needs 2 or more stages and virtual stages and a micro-batch count that is a
+// multiple of the stages, the other schedules one chunk per stage, and every chunk a layer.
+// n_layer 0 or shape.micro_batches 0: not known yet, and not checked. The one rule set: the
+// config reports these under its keys; the engine refuses a shape that has any.
+std::vector<PipeShapeProblem> pipe_shape_problems(const PipeShape& shape, int n_layer);
 // The table of pipeline rank `stage`: every forward and backward of its chunks for every
 // micro-batch, with the communication between them.
 std::vector<PipeAction> pipe_schedule(const PipeShape& shape, int stage);

@@ -101,19 +101,37 @@ const char* pipe_schedule_name(PipeSchedule s) {
   return "?";
 }
 
-std::string pipe_shape_problem(const PipeShape& s) {
-  if (s.stages < 1 || s.virtual_stages < 1 || s.micro_batches < 1) return "stages, chunks and micro-batches must be positive";
-  if (s.schedule != PipeSchedule::Interleaved && s.virtual_stages != 1) {
-    return std::string("the ") + pipe_schedule_name(s.schedule) + " schedule runs one chunk per stage (virtual_stages 1)";
+std::vector<PipeShapeProblem> pipe_shape_problems(const PipeShape& s, int n_layer) {
+  if (s.stages < 1 || s.virtual_stages < 1 || s.micro_batches < 0) {
+    return {{PipeSetting::Stages, "stages and virtual stages must be positive"}};
   }
-  if (s.schedule == PipeSchedule::Interleaved) {
-    if (s.stages < 2) return "the interleaved schedule needs at least 2 pipeline stages";
-    if (s.micro_batches % s.stages != 0) {
-      return "the interleaved schedule needs micro-batches per step (" + std::to_string(s.micro_batches) +
-             ") to be a multiple of the pipeline stages (" + std::to_string(s.stages) + ")";
-    }
+  std::vector<PipeShapeProblem> out;
+  const bool interleaved = s.schedule == PipeSchedule::Interleaved;
+  const std::string p = std::to_string(s.stages), v = std::to_string(s.virtual_stages);
+  if (!interleaved && s.virtual_stages > 1) {
+    out.push_back({PipeSetting::VirtualStages, v + " model chunks per stage need the interleaved schedule (the schedule is " +
+                                                   pipe_schedule_name(s.schedule) + ")"});
   }
-  return "";
+  if (interleaved && s.virtual_stages < 2) {
+    out.push_back({PipeSetting::Schedule, "the interleaved schedule needs 2 or more virtual stages (with 1 it is 1f1b)"});
+  }
+  if (interleaved && s.stages < 2) {
+    out.push_back({PipeSetting::Schedule, "the interleaved schedule needs 2 or more pipeline stages"});
+  }
+  const int chunks = s.stages * (interleaved ? s.virtual_stages : 1);
+  const std::string layers = ", but the model has " + std::to_string(n_layer);
+  if (n_layer >= 1 && n_layer < s.stages) {
+    out.push_back({PipeSetting::Stages, p + " pipeline stages need at least as many layers" + layers});
+  } else if (n_layer >= 1 && n_layer < chunks) {
+    out.push_back({PipeSetting::VirtualStages, p + " stages × " + v + " virtual stages = " + std::to_string(chunks) +
+                                                   " model chunks need at least as many layers" + layers});
+  }
+  if (interleaved && s.stages >= 2 && s.micro_batches >= 1 && s.micro_batches % s.stages != 0) {
+    out.push_back({PipeSetting::MicroBatches, std::to_string(s.micro_batches) +
+                                                  " micro-batches per step: the interleaved schedule needs a multiple "
+                                                  "of the " + p + " pipeline stages"});
+  }
+  return out;
 }
 
 namespace {

@@ -151,7 +151,7 @@ TEST_CASE("cross-key rules: precision, optimizer mode, model shape, rank grid") 
 
   p = tiny_problems("parallelism: {pipeline_model_parallel_size: 4}\n", {}, 4);
   CHECK(has_problem(p, "parallelism.pipeline_model_parallel_size: 4 pipeline stages need at least as many layers, "
-                       "but model.n_layer = 2"));
+                       "but the model has 2"));
 
   CHECK(tiny_problems("", {}, 0) == std::vector<std::string>{"--world-size: must be ≥ 1, got 0"});
 }
@@ -293,21 +293,21 @@ TEST_CASE("pipeline layouts are checked against the model's layers and the micro
   CHECK(has_problem(pp2({"parallelism.pipeline.partition=[1, 1, 1]"}),
                     "parallelism.pipeline.partition: lists 3 chunks, but the pipeline has 2"));
   CHECK(only(pp2({"parallelism.pipeline.virtual_stages=2"}),
-             "parallelism.pipeline.virtual_stages: 2 model chunks per stage need schedule: interleaved (the "
+             "parallelism.pipeline.virtual_stages: 2 model chunks per stage need the interleaved schedule (the "
              "schedule is 1f1b)"));
   CHECK(only(pp2({"parallelism.pipeline.schedule=interleaved"}),
-             "parallelism.pipeline.schedule: interleaved needs parallelism.pipeline.virtual_stages of 2 or more "
-             "(with 1 it is 1f1b)"));
+             "parallelism.pipeline.schedule: the interleaved schedule needs 2 or more virtual stages (with 1 it is "
+             "1f1b)"));
   CHECK(only(pp2({"parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2"}),
-             "parallelism.pipeline.virtual_stages: pipeline_model_parallel_size 2 × virtual_stages 2 = 4 model "
-             "chunks need at least as many layers, but model.n_layer = 2"));
+             "parallelism.pipeline.virtual_stages: 2 stages × 2 virtual stages = 4 model chunks need at least as "
+             "many layers, but the model has 2"));
   CHECK(only(pp2({"gradient_accumulation_steps=3", "model.n_layer=4", "parallelism.pipeline.schedule=interleaved",
                   "parallelism.pipeline.virtual_stages=2"}),
              "gradient_accumulation_steps: 3 micro-batches per step: the interleaved schedule needs a multiple of "
-             "pipeline_model_parallel_size 2"));
+             "the 2 pipeline stages"));
   CHECK(only(problems(kTinyConfig, {"parallelism.pipeline_model_parallel_size=4"}, 4),
-             "parallelism.pipeline_model_parallel_size: 4 pipeline stages need at least as many layers, but "
-             "model.n_layer = 2"));
+             "parallelism.pipeline_model_parallel_size: 4 pipeline stages need at least as many layers, but the "
+             "model has 2"));
 }
 
 TEST_CASE("sequence parallelism needs TP to divide the micro-batch's token rows") {

@@ -49,23 +49,41 @@ TEST_CASE("an explicit partition must cover n_layer with one entry per chunk") {
   CHECK((e[1].begin == 3 && e[1].end == 7 && e[3].end == 14));
 }
 
-TEST_CASE("shapes a schedule cannot run are named") {
-  CHECK(pipe_shape_problem({PipeSchedule::OneFOneB, 2, 2, 4}).find("one chunk per stage") != std::string::npos);
-  CHECK(pipe_shape_problem({PipeSchedule::Interleaved, 4, 2, 6}).find("multiple of the pipeline stages") !=
-        std::string::npos);
-  CHECK(pipe_shape_problem({PipeSchedule::Interleaved, 1, 2, 4}).find("at least 2") != std::string::npos);
-  CHECK(pipe_shape_problem({PipeSchedule::Interleaved, 4, 2, 8}).empty());
+TEST_CASE("shapes a schedule cannot run are named with the setting at fault") {
+  // The one problem of a shape, as "setting: message".
+  auto only = [](const PipeShape& shape, int n_layer) {
+    const std::vector<PipeShapeProblem> problems = pipe_shape_problems(shape, n_layer);
+    REQUIRE(problems.size() == 1);
+    return std::make_pair(problems[0].setting, problems[0].message);
+  };
+  CHECK(only({PipeSchedule::OneFOneB, 2, 2, 4}, 0) ==
+        std::make_pair(PipeSetting::VirtualStages,
+                       std::string("2 model chunks per stage need the interleaved schedule (the schedule is 1f1b)")));
+  CHECK(only({PipeSchedule::Interleaved, 4, 2, 6}, 0) ==
+        std::make_pair(PipeSetting::MicroBatches,
+                       std::string("6 micro-batches per step: the interleaved schedule needs a multiple of the 4 "
+                                   "pipeline stages")));
+  CHECK(only({PipeSchedule::Interleaved, 1, 2, 4}, 0).first == PipeSetting::Schedule);
+  CHECK(only({PipeSchedule::Interleaved, 2, 1, 4}, 0).first == PipeSetting::Schedule);
+  CHECK(only({PipeSchedule::OneFOneB, 4, 1, 4}, 3) ==
+        std::make_pair(PipeSetting::Stages, std::string("4 pipeline stages need at least as many layers, but the model "
+                                                        "has 3")));
+  CHECK(only({PipeSchedule::Interleaved, 2, 3, 4}, 5).first == PipeSetting::VirtualStages);
+  // Unknown layer and micro-batch counts (0) are not checked.
+  CHECK(pipe_shape_problems({PipeSchedule::Interleaved, 4, 2, 0}, 0).empty());
+  CHECK(pipe_shape_problems({PipeSchedule::Interleaved, 4, 2, 8}, 8).empty());
 }
 
 TEST_CASE("every schedule table runs without deadlock, within its in-flight bound, at the theoretical bubble") {
   for (PipeSchedule kind : {PipeSchedule::GPipe, PipeSchedule::OneFOneB, PipeSchedule::Interleaved}) {
     for (int p : {2, 3, 4}) {
       for (int v : {1, 2}) {
-        if (v == 2 && kind != PipeSchedule::Interleaved) continue;
+        // Two chunks per stage are the interleaved schedule's, and only its (with one it is 1f1b).
+        if ((v == 2) != (kind == PipeSchedule::Interleaved)) continue;
         for (int m : {p, 2 * p, 4 * p}) {
           const PipeShape shape{kind, p, v, m};
           INFO(pipe_schedule_name(kind) << " p=" << p << " v=" << v << " m=" << m);
-          REQUIRE(pipe_shape_problem(shape).empty());
+          REQUIRE(pipe_shape_problems(shape, 0).empty());
           // Each rank runs every forward and backward of its chunks exactly once.
           for (int s = 0; s < p; ++s) {
             std::map<std::tuple<int, int, int>, int> runs;  // (backward, micro-batch, chunk)
