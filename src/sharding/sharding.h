@@ -127,6 +127,10 @@ struct ShardingSettings {
   bool pipelined = false;
 };
 
+// Where a strategy keeps its fp32 master and Adam's moments, and where its update runs, is its
+// own business: the engine sees only grads(), update() and the spans. Offloading (ZeRO-Offload,
+// ZeRO-Infinity) is a strategy that keeps them in host memory or on NVMe and runs update there.
+//
 // What every strategy does, in the order the engine calls it. One step without a pipeline:
 // begin_step, then per micro-batch begin_micro_batch, the model's forward and backward (which
 // calls grad_ready per layer group), end_micro_batch; then finish_reductions. With a pipeline:

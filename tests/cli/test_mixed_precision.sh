@@ -53,11 +53,12 @@ resume_pair() {
 resume_pair bf16 20 10 --set bf16.enabled=true
 resume_pair overflow 12 6 "${overflow_settings[@]}"
 
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+import equivalence
 work = sys.argv[1]
 def records(name, kind):
-    return [r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r["type"] == kind]
+    return equivalence.records(f"{work}/{name}.jsonl", kind)
 def last_per_step(name):
     out = {}
     for r in records(name, "train"): out[r["step"]] = r

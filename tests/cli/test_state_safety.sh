@@ -20,12 +20,12 @@ expect_contains "$OUT" "steps in a row had a non-finite gradient (more than trai
 expect_contains "$OUT" "first parameter with a non-finite gradient: "
 expect_contains "$OUT" "lower the learning rate (optimizer.params.lr is 1e+06)"
 grep -q "enable gradient_clipping" <<<"$OUT" && fail "advised enabling clipping, which is on"
-python3 - "$WORK/nan.jsonl" "$WORK/nan" <<'PY'
-import json, os, sys
-records = [json.loads(l) for l in open(sys.argv[1])]
-train = [r for r in records if r["type"] == "train"]
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK/nan.jsonl" "$WORK/nan" <<'PY'
+import os, sys
+from equivalence import records
+train = records(sys.argv[1], "train")
 bad = [r["step"] for r in train if r.get("nonfinite")]
-stop = [r for r in records if r["type"] == "stop"]
+stop = records(sys.argv[1], "stop")
 assert len(bad) == 3 and bad == list(range(bad[0], bad[0] + 3)), f"non-finite steps {bad}"
 assert stop and stop[0]["reason"] == "nonfinite" and stop[0]["step"] == bad[-1], stop
 latest = open(os.path.join(sys.argv[2], "latest")).read().strip()

@@ -97,13 +97,12 @@ else
   expect_contains "$OUT" "communication: nccl"
 fi
 
-python3 - "$WORK" "$STEPS" "$EMULATED" "$TP_NCCL" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" "$STEPS" "$EMULATED" "$TP_NCCL" <<'PY'
+import sys
+import equivalence
 work, steps, emulated, tp_nccl = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "emulated", sys.argv[4] == "1"
 def losses(name):
-    last = {}
-    for r in map(json.loads, open(f"{work}/{name}.jsonl")):
-        if r["type"] == "train": last[r["step"]] = r["loss"]
+    last = equivalence.losses(f"{work}/{name}.jsonl")
     return [last[s] for s in sorted(last)]
 def worst(a, b):
     assert len(a) == len(b) == steps, (len(a), len(b))

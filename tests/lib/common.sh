@@ -51,13 +51,10 @@ write_small_config() {
 # train_losses FILE: "step loss" per train record of a metrics JSONL, the last record of each
 # step winning (a resumed run repeats the steps after its checkpoint).
 train_losses() {
-  python3 -c '
-import json, sys
-last = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r["type"] == "train": last[r["step"]] = repr(r["loss"])
-for s in sorted(last): print(s, last[s])
+  PYTHONPATH="$SRC/tests/lib" python3 -c '
+import sys
+from equivalence import losses
+for step, loss in sorted(losses(sys.argv[1]).items()): print(step, repr(loss))
 ' "$1"
 }
 

@@ -1,11 +1,36 @@
-"""Comparisons of training runs' metrics files for the equivalence tests (tests/mpi/).
+"""The shell tests' one reader of metrics files, and the comparisons of the equivalence tests.
 
-A run NAME wrote WORK/NAME.jsonl. check() compares every step's loss, and step 1's gradient
-norm, of a run with a reference run; check_text() also compares the validation losses and the
-sampled text; check_resumed() compares a resumed run's steps with an uninterrupted run. Problems collect in `bad`; finish() prints them and exits 1 if there are any.
+A metrics file holds one JSON record per line, its "type" saying what it is (train, eval, sample,
+memory, overflow, stop, ...). records() gives them in file order, optionally only those of one
+type; train_values() gives one field of the train records by step, and losses() their losses, the
+last record of each step winning (a resumed run appends the steps after its checkpoint again).
+The tests under tests/cli, tests/mpi and tests/gpu read metrics through these (tests/lib/common.sh's
+train_losses too), with PYTHONPATH="$SRC/tests/lib".
+
+Runs compares runs of the equivalence tests (tests/mpi/): a run NAME wrote WORK/NAME.jsonl. check()
+compares every step's loss, and step 1's gradient norm, of a run with a reference run; check_text()
+also compares the validation losses and the sampled text; check_resumed() compares a resumed run's
+steps with an uninterrupted run. Problems collect in `bad`; finish() prints them and exits 1 if
+there are any.
 """
 import json
 import sys
+
+
+def records(path, kind=None):
+    """The records of the metrics file at path in file order; with kind, only those of that type."""
+    with open(path) as f:
+        return [r for r in map(json.loads, f) if kind is None or r["type"] == kind]
+
+
+def train_values(path, field):
+    """step -> field of the train records at path, the last record of each step winning."""
+    return {r["step"]: r[field] for r in records(path, "train")}
+
+
+def losses(path):
+    """step -> loss of the train records at path, the last record of each step winning."""
+    return train_values(path, "loss")
 
 
 class Runs:
@@ -13,11 +38,10 @@ class Runs:
         self.work, self.steps, self.bad = work, steps, []
 
     def records(self, name, kind):
-        with open(f"{self.work}/{name}.jsonl") as f:
-            return [json.loads(line) for line in f if f'"type":"{kind}"' in line]
+        return records(f"{self.work}/{name}.jsonl", kind)
 
     def figures(self, name, field):
-        out = {r["step"]: r[field] for r in self.records(name, "train")}
+        out = train_values(f"{self.work}/{name}.jsonl", field)
         assert sorted(out) == list(range(1, self.steps + 1)), f"{name}: steps {sorted(out)}"
         return [out[s] for s in sorted(out)]
 
@@ -51,7 +75,7 @@ class Runs:
 
     def losses(self, name):
         """step -> loss, the last record of each step winning (a resumed run repeats steps)."""
-        return {r["step"]: r["loss"] for r in self.records(name, "train")}
+        return losses(f"{self.work}/{name}.jsonl")
 
     def check_resumed(self, name, ref, first_step, tol):
         """name's losses at steps first_step..steps within tol of the uninterrupted run ref."""

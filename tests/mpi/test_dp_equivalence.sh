@@ -45,14 +45,12 @@ for dp in 1 2 4; do
   done
 done
 
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+import equivalence
 work = sys.argv[1]
 def losses(name):
-    out = {}
-    for line in open(f"{work}/{name}.jsonl"):
-        r = json.loads(line)
-        if r["type"] == "train": out[r["step"]] = r["loss"]
+    out = equivalence.losses(f"{work}/{name}.jsonl")
     return [out[s] for s in sorted(out)]
 bad = []
 for dp in (1, 2, 4):

@@ -13,12 +13,13 @@ for stage in 0 1 2 3; do
     --set zero_optimization.stage=$stage
   expect_contains "$OUT" "memory per rank (ZeRO stage $stage, DP $np, TP 1, recompute none)"
 done
-python3 - "$WORK" $np <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" $np <<'PY'
+import sys
+from equivalence import records
 work, p = sys.argv[1], int(sys.argv[2])
 bad = []
 for stage in range(4):
-    mem = next(json.loads(l) for l in open(f"{work}/z{stage}.jsonl") if json.loads(l)["type"] == "memory")
+    mem = records(f"{work}/z{stage}.jsonl", "memory")[0]
     psi = mem["n_params"]
     want = {"params": 4 * psi / (p if stage == 3 else 1), "grads": 4 * psi / (p if stage >= 2 else 1),
             "optimizer": 8 * psi / (p if stage >= 1 else 1)}

@@ -26,15 +26,12 @@ run dp2 2 4 1 "checkpoint: {resume: \"$ckpt\"}"
 expect_contains "$OUT" "resumed from $ckpt at step 10"
 run dp1 1 8 0 "checkpoint: {resume: \"$ckpt\"}"
 
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+import equivalence
 work = sys.argv[1]
 def losses(name):
-    out = {}
-    for line in open(f"{work}/{name}.jsonl"):
-        r = json.loads(line)
-        if r["type"] == "train": out[r["step"]] = r["loss"]
-    return out
+    return equivalence.losses(f"{work}/{name}.jsonl")
 full = losses("full")
 bad = []
 for name in ("same", "dp2", "dp1"):

@@ -17,17 +17,18 @@ for np in 3 4; do
       --set zero_optimization.overlap_comm=true
   done
 done
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+from equivalence import records
 work = sys.argv[1]
 expected_ops = {0: {"all_reduce"}, 1: {"reduce_scatter", "all_gather"}, 2: {"reduce_scatter", "all_gather"},
                 3: {"reduce_scatter", "all_gather"}}
 bad = []
 for p in (3, 4):
     for stage in range(4):
-        records = [json.loads(l) for l in open(f"{work}/p{p}_z{stage}.jsonl")]
-        psi = next(r["n_params"] for r in records if r["type"] == "memory")
-        steps = [r for r in records if r["type"] == "train"]
+        path = f"{work}/p{p}_z{stage}.jsonl"
+        psi = records(path, "memory")[0]["n_params"]
+        steps = records(path, "train")
         assert len(steps) == 3
         gas = 2
         analytic = {0: 2, 1: 2, 2: gas + 1, 3: 3 * gas}[stage] * (p - 1) / p * psi * 4

@@ -41,11 +41,12 @@ for stage in 1 3; do
   expect_contains "$OUT" "resumed from $WORK/ckpt_z$stage/step_00000006"
 done
 
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+import equivalence
 work, p = sys.argv[1], 2
 def records(name, kind):
-    return [r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if r["type"] == kind]
+    return equivalence.records(f"{work}/{name}.jsonl", kind)
 bad = []
 
 ref = [r["loss"] for r in records("bf16_ref", "train")]

@@ -40,10 +40,11 @@ expect_contains "$OUT" "layout: 4 rank(s) = DP 2 x TP 2"
 grep -q "spans several nodes" <<<"$OUT" && fail "a warning about TP groups inside nodes: $OUT"
 run_expect 0 "$STRATA" train --config "$WORK/run.yaml" --set gradient_accumulation_steps=4 \
   --set checkpoint.dir="$WORK/ckpt_one" --set logging.metrics_file="$WORK/one.jsonl"
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+import equivalence
 def losses(name):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{sys.argv[1]}/{name}.jsonl")) if r["type"] == "train"}
+    return equivalence.losses(f"{sys.argv[1]}/{name}.jsonl")
 nodes, one = losses("nodes"), losses("one")
 assert sorted(nodes) == sorted(one) == list(range(1, 9)), (sorted(nodes), sorted(one))
 worst = max(abs(nodes[s] - one[s]) / abs(one[s]) for s in one)

@@ -32,16 +32,17 @@ run_expect 2 env STRATA_PIPE_COST_MS=10 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRA
   --config "$WORK/pp2_1f1b.yaml" --set model.n_layer=4 --set parallelism.pipeline_model_parallel_size=2
 expect_contains "$OUT" "STRATA_PIPE_COST_MS: '10' is not 'F,B'"
 
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+from equivalence import records
 work = sys.argv[1]
 cases = {"pp2_1f1b": (2, 8, 1), "pp2_gpipe": (2, 8, 1), "pp2_interleaved": (2, 8, 2), "pp4_1f1b": (4, 16, 1)}
 bad = []
 for name, (p, m, v) in cases.items():
-    records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"type":"train"' in l][1:]
+    steps = records(f"{work}/{name}.jsonl", "train")[1:]
     theory = (p - 1) / (v * m + p - 1)
-    assert len(records) == 5 and all(abs(r["bubble_theory"] - theory) < 1e-12 for r in records), name
-    measured = [sorted(r["stages"][s]["bubble"] for r in records)[len(records) // 2] for s in range(p)]
+    assert len(steps) == 5 and all(abs(r["bubble_theory"] - theory) < 1e-12 for r in steps), name
+    measured = [sorted(r["stages"][s]["bubble"] for r in steps)[len(steps) // 2] for s in range(p)]
     print(f"{name:>16}: measured bubble per stage {' '.join(f'{b:.4f}' for b in measured)}, theory {theory:.4f}")
     for s, b in enumerate(measured):
         if abs(b / theory - 1) > 0.10:

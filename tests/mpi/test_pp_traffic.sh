@@ -34,8 +34,9 @@ run pp2_tp2_sp 4 $(pp 2) --set parallelism.tensor_model_parallel_size=2 --set pa
 run pp2_bf16 2 $(pp 2) --set bf16.enabled=true
 run pp2_dp2_z3 4 $(pp 2) --set gradient_accumulation_steps=2 --set zero_optimization.stage=3
 
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+from equivalence import records
 work = sys.argv[1]
 B, T, C, V = 4, 32, 32, 256          # write_small_config's model (V already a multiple of 128·TP)
 N = B * T
@@ -55,9 +56,7 @@ cases = {
 theory = {"pp4_gpipe": (4, 4, 1), "pp2_interleaved": (2, 4, 2)}  # (p, m, v) of the breakdown runs
 bad = []
 for name, want in cases.items():
-    for line in open(f"{work}/{name}.jsonl"):
-        r = json.loads(line)
-        if r["type"] != "train": continue
+    for r in records(f"{work}/{name}.jsonl", "train"):
         got = {k: (r["comm_calls"][k], r["comm"][k]) for k in r["comm"] if k.split(".")[0] in ("pp", "embedding")}
         if r["step"] == 1:
             print(f"{name:>16}: measured {got}")

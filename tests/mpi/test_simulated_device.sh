@@ -76,11 +76,12 @@ STRATA_SIMULATE_DEVICE=1 "$STRATA" train --config "$WORK/dump_cpu.yaml" --set tr
   fail "dump-grads on the simulated device"
 cmp -s "$WORK/grads_cpu.safetensors" "$WORK/grads_sim.safetensors" || fail "dumped gradients differ"
 
-python3 - "$WORK" "${names[@]}" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" "${names[@]}" <<'PY'
+import sys
+import equivalence
 work, names = sys.argv[1], sys.argv[2:]
 def records(name):
-    return [json.loads(line) for line in open(f"{work}/{name}.jsonl")]
+    return equivalence.records(f"{work}/{name}.jsonl")
 def figures(name):
     out = []
     for r in records(name):

@@ -29,8 +29,9 @@ for tp in 2 4; do
     done
   done
 done
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+from equivalence import records
 work = sys.argv[1]
 B, T, h, a, L, V = 8, 32, 32, 4, 2, 256    # micro-batch, seq_len, d_model, heads, layers, vocab
 w, f32 = 4, 4
@@ -63,7 +64,7 @@ for t in (2, 4):
     for sp in (False, True):
         for recompute in ("none", "selective", "full"):
             name = f"tp{t}_{str(sp).lower()}_{recompute}"
-            mem = next(json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"memory"' in l)
+            mem = records(f"{work}/{name}.jsonl", "memory")[0]
             r = mem["ranks"][0]
             got = (r["activations_per_layer"], r["activations_shared"], r["activations"])
             want = formulas(t, sp, recompute)

@@ -27,8 +27,9 @@ for tp in 2 4; do
       --set model.n_head=4 --set parallelism.tensor_model_parallel_size=$tp --set parallelism.sequence_parallel=$sp
   done
 done
-python3 - "$WORK" <<'PY'
-import json, sys
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import sys
+from equivalence import records
 work = sys.argv[1]
 B, T, C, L, GAS = 4, 32, 32, 2, 2      # write_small_config's model and batch
 N = B * T
@@ -45,9 +46,7 @@ for tp in (2, 4):
         else:
             expected = {"all_reduce": (GAS * (4 * L + 4), GAS * ((4 * L + 2) * P + 3 * N * 4))}
         ring = sum((2 if op == "all_reduce" else 1) * (tp - 1) / tp * b for op, (_, b) in expected.items())
-        for line in open(f"{work}/tp{tp}_sp_{str(sp).lower()}.jsonl"):
-            r = json.loads(line)
-            if r["type"] != "train": continue
+        for r in records(f"{work}/tp{tp}_sp_{str(sp).lower()}.jsonl", "train"):
             got = {k[3:]: (r["comm_calls"][k], r["comm"][k]) for k in r["comm"] if k.startswith("tp.")}
             if r["step"] == 1:
                 print(f"TP {tp} SP {sp}: measured {got}")
