@@ -19,21 +19,21 @@ using detail::to_float;
 
 constexpr int kRowThreads = 128;
 
-// Row `row` holds wte[id − vocab_start] + wpe[t]. An id outside the table's rows is reported
-// through bad_id, or (bad_id null: the table is one rank's vocabulary slice) gives a zero row;
-// wpe null adds no positions.
+// Row `row` holds wte[id − vocab_start] + wpe[t]. An id outside the vocabulary is reported
+// through bad_id (null: the host checked the ids); one outside the table's rows, which another
+// rank's slice holds, gives a zero row; wpe null adds no positions.
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t seq,
-                                         int64_t channels, int64_t vocab, int64_t vocab_start, bool packed,
-                                         BadIdFlag* bad_id) {
+                                         int64_t channels, int64_t table_rows, int64_t vocab_start,
+                                         int64_t vocab_size, bool packed, BadIdFlag* bad_id) {
   const int64_t row = blockIdx.x;
   const int32_t id = tokens[row];
-  const int64_t local = static_cast<int64_t>(id) - vocab_start;
-  const bool inside = local >= 0 && local < vocab;
-  if (!inside && bad_id) {
+  if (bad_id && (id < 0 || id >= vocab_size)) {
     if (threadIdx.x == 0) detail::report_bad_id(bad_id, row, id);
     return;
   }
+  const int64_t local = static_cast<int64_t>(id) - vocab_start;
+  const bool inside = local >= 0 && local < table_rows;
   const int64_t t = row % seq;
   const T* e = inside ? wte + local * channels : nullptr;
   const T* p = wpe ? wpe + t * channels : nullptr;
@@ -229,17 +229,17 @@ SortLayout sort_layout(int64_t n, int64_t vocab, int64_t channels) {
 }  // namespace
 
 cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, ElemType type,
-                              int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int64_t vocab_start,
-                              BadIdFlag* bad_id, cudaStream_t stream) {
-  const int64_t rows = batch * seq;
-  if (rows <= 0 || channels <= 0) return cudaSuccess;
+                              int64_t batch, int64_t seq, int64_t channels, int64_t table_rows, int64_t vocab_start,
+                              int64_t vocab_size, BadIdFlag* bad_id, cudaStream_t stream) {
+  const int64_t n = batch * seq;
+  if (n <= 0 || channels <= 0) return cudaSuccess;
   const bool packed = aligned16(out) && aligned16(wte) && aligned16(wpe) &&
                       channels % pack_width(type) == 0;
   return detail::dispatch_float(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    embedding_forward_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-        static_cast<T*>(out), tokens, static_cast<const T*>(wte), static_cast<const T*>(wpe), seq, channels, vocab,
-        vocab_start, packed, bad_id);
+    embedding_forward_kernel<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(
+        static_cast<T*>(out), tokens, static_cast<const T*>(wte), static_cast<const T*>(wpe), seq, channels,
+        table_rows, vocab_start, vocab_size, packed, bad_id);
     return cudaGetLastError();
   });
 }

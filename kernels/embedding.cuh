@@ -17,13 +17,15 @@ inline int embedding_sort_bits(int64_t vocab) {
   return bits;
 }
 
-// out (B·T, C) = wte[tokens − vocab_start] + wpe[t]; out, wte, wpe share `type`; wte has `vocab`
-// rows: the whole table (vocab_start 0) or a rank's vocabulary slice. A row whose id is outside
-// [vocab_start, vocab_start + vocab) is, with bad_id, left unwritten and reported in *bad_id (see
-// BadIdFlag); without bad_id (a slice: another rank holds the id) written as 0 plus its position. wpe may be null: no position added.
+// out (B·T, C) = wte[tokens − vocab_start] + wpe[t]; out, wte, wpe share `type`; wte holds rows
+// [vocab_start, vocab_start + table_rows) of the table: the whole table (vocab_start 0) or a rank's
+// vocabulary slice. A row whose id is outside [0, vocab_size) is left unwritten and reported in
+// *bad_id (see BadIdFlag; bad_id is null when the host checked the ids); a row whose id is in the
+// vocabulary but outside the slice (another rank holds it) is written as 0 plus its position.
+// wpe may be null: no position added.
 cudaError_t embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, ElemType type,
-                              int64_t batch, int64_t seq, int64_t channels, int64_t vocab, int64_t vocab_start,
-                              BadIdFlag* bad_id, cudaStream_t stream);
+                              int64_t batch, int64_t seq, int64_t channels, int64_t table_rows,
+                              int64_t vocab_start, int64_t vocab_size, BadIdFlag* bad_id, cudaStream_t stream);
 
 // Sorted positions per piece: the embedding backward's order (src/backend/backend.h,
 // kEmbeddingGradPiece, which the CUDA backend checks equal): a row's positions are cut wherever

@@ -107,8 +107,8 @@ int64_t rows_of(const Tensor& t) {
   return cols == 0 ? 0 : t.numel() / cols;
 }
 
-EmbeddingShape embedding_slice_shape(const char* op, const Tensor& per_token, const Tensor& tokens,
-                                     const Tensor& table, const Tensor& positions, int64_t vocab_start) {
+EmbeddingShape embedding_shape(const char* op, const Tensor& per_token, const Tensor& tokens, const Tensor& table,
+                               const Tensor& positions, int64_t vocab_start, int vocab_size) {
   require(tokens.dtype == DType::I32 && tokens.ndim == 2, op, "tokens must be I32 (B, T), got " + tokens.shape_string());
   EmbeddingShape s;
   s.batch = tokens.dim(0);
@@ -119,7 +119,8 @@ EmbeddingShape embedding_slice_shape(const char* op, const Tensor& per_token, co
           per_token.shape_string() + " for tokens " + tokens.shape_string() + " and table " + table.shape_string());
   require(!positions.defined() || (cols_of(positions) == s.channels && rows_of(positions) >= s.seq), op,
           "positions " + positions.shape_string() + " too small for T=" + std::to_string(s.seq));
-  require(vocab_start >= 0, op, "vocab_start " + std::to_string(vocab_start));
+  require(vocab_start >= 0 && vocab_size > 0, op,
+          "vocab_start " + std::to_string(vocab_start) + ", vocab_size " + std::to_string(vocab_size));
   return s;
 }
 

@@ -157,24 +157,23 @@ class Backend {
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                                   int n_head) = 0;
 
-  // out (B, T, C) = wte[tokens[b, t]] + wpe[t]; tokens (B, T) I32; wte (V, C); wpe (≥T, C).
-  // Overwrites. A token id outside [0, V) throws UserError: at once for host tokens; for tokens
-  // in device memory, at the latest by the next synchronize() or copy to the host (a device
-  // checks them without waiting; the message names the op, the id and its position).
-  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
-  // dwte, dwpe accumulate dout (B, T, C) in a fixed order (deterministic): dwpe over b in order;
-  // each dwte row in pieces (kEmbeddingGradPiece), the order every backend shares bit for bit.
-  virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
-
-  // Vocab-parallel embedding (tensor parallelism): wte_slice holds rows [vocab_start,
-  // vocab_start + V_slice) of the table. out (B, T, C) = wte_slice[id − vocab_start] for ids
-  // inside the slice and 0 for the others, plus wpe[t] when wpe (optional) is defined;
-  // overwrites. Ids outside the slice are not errors: another rank holds their rows.
-  virtual void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) = 0;
-  // dwte_slice accumulates the dout rows of the ids inside the slice (the others are skipped);
-  // dwpe (optional) accumulates as in embedding_backward; deterministic.
-  virtual void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
-                                        int64_t vocab_start) = 0;
+  // Token + position embedding. wte (V_slice, C) holds rows [vocab_start, vocab_start + V_slice)
+  // of the embedding table: the whole table with vocab_start 0, or one rank's slice of it under
+  // tensor parallelism (vocab-parallel embedding). tokens (B, T) I32; wpe (≥T, C), optional.
+  // out (B, T, C) = wte[id − vocab_start] for ids inside the slice, 0 for the vocabulary's other
+  // ids (another rank holds their rows), plus wpe[t] when wpe is defined; overwrites. A token id
+  // outside [0, vocab_size) throws UserError: at once for host tokens; for tokens in device
+  // memory, at the latest by the next synchronize() or copy to the host (a device checks them
+  // without waiting; the message names the op, the id and its position).
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t vocab_start,
+                                 int vocab_size) = 0;
+  // dwte (V_slice, C) and dwpe (optional) accumulate dout (B, T, C) in a fixed order
+  // (deterministic): dwpe every dout row, over b in order; each dwte row the dout rows of its id,
+  // in pieces (kEmbeddingGradPiece), the order every backend shares bit for bit. Ids outside the
+  // slice add nothing to dwte. An id outside [0, vocab_size) is a programming error here (the
+  // forward reported it): std::invalid_argument for host tokens, skipped for device tokens.
+  virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t vocab_start,
+                                  int vocab_size) = 0;
 
   // Fused softmax + cross-entropy over rows of logits (N, Vp) of which only the first
   // vocab_size columns are real (the padding is masked out). targets (N) I32.
@@ -265,12 +264,13 @@ void require(bool ok, const char* op, const std::string& what);
 // A tensor read as a matrix: (numel / last dim, last dim).
 int64_t rows_of(const Tensor& t);
 int64_t cols_of(const Tensor& t);
-// The shape of a vocab-parallel embedding op, checked: tokens I32 (B, T); per_token (out or
-// dout) (B·T, C); table (wte or dwte slice) (rows, C); positions (wpe or dwpe), optional, (≥ T, C).
+// The shape of an embedding op, checked: tokens I32 (B, T); per_token (out or dout) (B·T, C);
+// table (wte or dwte, whole or a slice) (rows, C); positions (wpe or dwpe), optional, (≥ T, C);
+// vocab_start ≥ 0 and vocab_size > 0.
 struct EmbeddingShape {
   int64_t batch = 0, seq = 0, channels = 0, rows = 0;
 };
-EmbeddingShape embedding_slice_shape(const char* op, const Tensor& per_token, const Tensor& tokens,
-                                     const Tensor& table, const Tensor& positions, int64_t vocab_start);
+EmbeddingShape embedding_shape(const char* op, const Tensor& per_token, const Tensor& tokens, const Tensor& table,
+                               const Tensor& positions, int64_t vocab_start, int vocab_size);
 
 }  // namespace strata

@@ -202,14 +202,14 @@ void Gpt::embed(const Batch& b, void* embeddings) {
   const Tensor wte = param_view(embeddings, specs_[0]), wpe = param_view(embeddings, specs_[1]);
   const Tensor tokens = act(arena_.tokens, {b.B, b.T}, DType::I32);
   if (!tp_active()) {
-    backend_.embedding_forward(sequences(residual(0, b), b.B, b.T), tokens, wte, wpe);
+    backend_.embedding_forward(sequences(residual(0, b), b.B, b.T), tokens, wte, wpe, vocab_start_, dims_.vocab_size);
     return;
   }
   // Vocab-parallel: each rank embeds the tokens of its vocabulary slice (zero rows for the
   // others), one rank adds the positions, and g sums the rows over the group.
   const Tensor full = sequence_parallel() ? all_rows(arena_.block_out, b) : residual(0, b);
-  backend_.embedding_forward_slice(sequences(full, b.B, b.T), tokens, wte, tp_rank() == 0 ? wpe : Tensor(),
-                                   vocab_start_);
+  backend_.embedding_forward(sequences(full, b.B, b.T), tokens, wte, tp_rank() == 0 ? wpe : Tensor(), vocab_start_,
+                             dims_.vocab_size);
   if (b.padded > b.rows) backend_.zero(row_block(full, b.rows, b.padded - b.rows));
   tp_->leave_forward(full, residual(0, b));
 }

@@ -148,14 +148,13 @@ void Gpt::backward_chunk(float dloss, bool complete_partial_grads) {
   if (!chunk_.head) demb = store_->acquire_grads(0);  // the embedding's gradient reads no parameters
   const Tensor tokens = act(arena_.tokens, {b.B, b.T}, DType::I32);
   const Tensor dwte = grad_view(demb, specs_[0]), dwpe = grad_view(demb, specs_[1]);
+  Tensor dall = dres;
   if (tp_active()) {
     // Every rank needs every token's gradient for its rows of the table (g's backward).
-    const Tensor dall = sequence_parallel() ? all_rows(arena_.dfull, b) : dres;
+    if (sequence_parallel()) dall = all_rows(arena_.dfull, b);
     tp_->leave_backward(dres, dall);
-    backend_.embedding_backward_slice(dwte, dwpe, sequences(dall, b.B, b.T), tokens, vocab_start_);
-  } else {
-    backend_.embedding_backward(dwte, dwpe, sequences(dres, b.B, b.T), tokens);
   }
+  backend_.embedding_backward(dwte, dwpe, sequences(dall, b.B, b.T), tokens, vocab_start_, dims_.vocab_size);
   group_done(0, demb, /*params_held=*/emb != nullptr);
 }
 

@@ -85,11 +85,12 @@ class LaggingBackend final : public Backend {
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head) override {
     run("attention_backward", [&] { inner_->attention_backward(dqkv, dout, qkv, out, lse, n_head); });
   }
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override {
-    run("embedding_forward", [&] { inner_->embedding_forward(out, tokens, wte, wpe); });
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t start, int vocab_size) override {
+    run("embedding_forward", [&] { inner_->embedding_forward(out, tokens, wte, wpe, start, vocab_size); });
   }
-  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override {
-    run("embedding_backward", [&] { inner_->embedding_backward(dwte, dwpe, dout, tokens); });
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t start,
+                          int vocab_size) override {
+    run("embedding_backward", [&] { inner_->embedding_backward(dwte, dwpe, dout, tokens, start, vocab_size); });
   }
   void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size, bool write_dlogits,
                              float dloss) override {
@@ -97,12 +98,6 @@ class LaggingBackend final : public Backend {
         [&] { inner_->softmax_cross_entropy(logits, losses, targets, vocab_size, write_dlogits, dloss); });
   }
   void add_bias(Tensor out, Tensor bias) override { run("add_bias", [&] { inner_->add_bias(out, bias); }); }
-  void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t start) override {
-    run("embedding_forward_slice", [&] { inner_->embedding_forward_slice(out, tokens, wte, wpe, start); });
-  }
-  void embedding_backward_slice(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t start) override {
-    run("embedding_backward_slice", [&] { inner_->embedding_backward_slice(dwte, dwpe, dout, tokens, start); });
-  }
   void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t start, int vocab_size) override {
     run("vocab_parallel_max", [&] { inner_->vocab_parallel_max(row_max, logits, start, vocab_size); });
   }

@@ -35,11 +35,6 @@ void release_host(void* p) {
   std::free(base);
 }
 
-void require_dtype(const Tensor& t, DType dtype, const char* op, const char* what) {
-  require(t.dtype == dtype, op, std::string(what) + " must be " + dtype_name(dtype) + ", got " +
-                                    dtype_name(t.dtype));
-}
-
 }  // namespace
 
 Buffer CpuBackend::allocate(size_t bytes) {
@@ -136,60 +131,35 @@ void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   }
 }
 
-void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t vocab_start,
+                                   int vocab_size) {
   const char* op = "embedding_forward";
   require_host(op, {&out, &tokens});
-  require_dtype(tokens, DType::I32, op, "tokens");
-  require(tokens.ndim == 2, op, "tokens must be (B, T), got " + tokens.shape_string());
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = cols_of(wte), V = rows_of(wte);
-  require(cols_of(out) == C && rows_of(out) == B * T, op,
-          "out " + out.shape_string() + " for tokens " + tokens.shape_string() + " and wte " + wte.shape_string());
-  require(cols_of(wpe) == C && rows_of(wpe) >= T, op, "wpe " + wpe.shape_string() + " too small for T=" + std::to_string(T));
+  const EmbeddingShape s = embedding_shape(op, out, tokens, wte, wpe, vocab_start, vocab_size);
+  const int64_t B = s.batch, T = s.seq, C = s.channels, rows = s.rows;
   Fp32Span e(wte, Access::Read), p(wpe, Access::Read), o(out, Access::Write);
   const int32_t* tok = tokens.as<int32_t>();
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       const int32_t id = tok[b * T + t];
-      if (id < 0 || id >= V) {
+      if (id < 0 || id >= vocab_size) {
         throw UserError("token id " + std::to_string(id) + " at batch row " + std::to_string(b) + ", position " +
-                        std::to_string(t) + " is outside the embedding table [0, " + std::to_string(V) +
+                        std::to_string(t) + " is outside the embedding table [0, " + std::to_string(vocab_size) +
                         "): the data was encoded with a larger vocabulary than model.vocab_size");
       }
-      const float* er = e.data() + id * C;
-      const float* pr = p.data() + t * C;
+      const int64_t local = int64_t{id} - vocab_start;
+      const float* er = local >= 0 && local < rows ? e.data() + local * C : nullptr;
+      const float* pr = p.defined() ? p.data() + t * C : nullptr;
       float* orow = o.data() + (b * T + t) * C;
-      for (int64_t c = 0; c < C; ++c) orow[c] = er[c] + pr[c];
+      for (int64_t c = 0; c < C; ++c) orow[c] = (er ? er[c] : 0.0f) + (pr ? pr[c] : 0.0f);
     }
   }
 }
 
-void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
-  const char* op = "embedding_backward";
-  require_host(op, {&dout, &tokens});
-  require_dtype(tokens, DType::I32, op, "tokens");
-  require(tokens.ndim == 2, op, "tokens must be (B, T), got " + tokens.shape_string());
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = cols_of(dwte), V = rows_of(dwte);
-  require(cols_of(dout) == C && rows_of(dout) == B * T, op, "dout " + dout.shape_string());
-  require(cols_of(dwpe) == C && rows_of(dwpe) >= T, op, "dwpe " + dwpe.shape_string());
-  Fp32Span de(dwte, Access::ReadWrite), dp(dwpe, Access::ReadWrite), g(dout, Access::Read);
-  const int32_t* tok = tokens.as<int32_t>();
-  std::vector<int64_t> row_of(static_cast<size_t>(B * T));
-  for (int64_t i = 0; i < B * T; ++i) {
-    require(tok[i] >= 0 && tok[i] < V, op,
-            "token id " + std::to_string(tok[i]) + " outside [0, " + std::to_string(V) + ")");
-    row_of[static_cast<size_t>(i)] = tok[i];
-  }
-  add_rows_in_pieces(de.data(), V, C, g.data(), row_of);
-  // dwpe: sequential over (b, t).
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) {
-      const float* grow = g.data() + (b * T + t) * C;
-      float* prow = dp.data() + t * C;
-      for (int64_t c = 0; c < C; ++c) prow[c] += grow[c];
-    }
-  }
-}
+namespace {
 
+// table (rows, C) += the rows of grads (n, C) by row_of[i] (−1: skipped), in the order of
+// kEmbeddingGradPiece (backend.h).
 void add_rows_in_pieces(float* table, int64_t rows, int64_t channels, const float* grads,
                         const std::vector<int64_t>& row_of) {
   // A stable counting sort of the positions by row: `sorted` is the (row, position) order.
@@ -215,6 +185,34 @@ void add_rows_in_pieces(float* table, int64_t rows, int64_t channels, const floa
     }
     if (end > begin)
       for (int64_t c = 0; c < channels; ++c) row[c] += piece[static_cast<size_t>(c)];
+  }
+}
+
+}  // namespace
+
+void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t vocab_start,
+                                    int vocab_size) {
+  const char* op = "embedding_backward";
+  require_host(op, {&dout, &tokens});
+  const EmbeddingShape s = embedding_shape(op, dout, tokens, dwte, dwpe, vocab_start, vocab_size);
+  const int64_t B = s.batch, T = s.seq, C = s.channels, rows = s.rows;
+  Fp32Span de(dwte, Access::ReadWrite), dp(dwpe, Access::ReadWrite), g(dout, Access::Read);
+  const int32_t* tok = tokens.as<int32_t>();
+  std::vector<int64_t> row_of(static_cast<size_t>(B * T));
+  for (int64_t i = 0; i < B * T; ++i) {
+    require(tok[i] >= 0 && tok[i] < vocab_size, op,
+            "token id " + std::to_string(tok[i]) + " outside [0, " + std::to_string(vocab_size) + ")");
+    const int64_t local = int64_t{tok[i]} - vocab_start;
+    row_of[static_cast<size_t>(i)] = local >= 0 && local < rows ? local : -1;
+  }
+  add_rows_in_pieces(de.data(), rows, C, g.data(), row_of);
+  if (!dp.defined()) return;
+  for (int64_t b = 0; b < B; ++b) {  // dwpe: sequential over (b, t)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* grow = g.data() + (b * T + t) * C;
+      float* prow = dp.data() + t * C;
+      for (int64_t c = 0; c < C; ++c) prow[c] += grow[c];
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // The CPU backend: fp32 compute with OpenBLAS GEMMs, the reference every other backend and
 // parallel layout is compared against. Ops are split over cpu_backend.cpp (memory, elementwise,
-// embedding, optimizer), cpu_layers.cpp (GEMM, layernorm, attention, cross-entropy) and
-// cpu_tensor_parallel.cpp (row-parallel bias, vocab-parallel embedding and cross-entropy).
+// embedding of a whole table or a vocabulary slice, optimizer), cpu_layers.cpp (GEMM, layernorm,
+// attention, cross-entropy) and cpu_tensor_parallel.cpp (row-parallel bias, vocab-parallel
+// cross-entropy).
 #pragma once
 #include <string>
 #include <vector>
@@ -12,11 +13,6 @@ namespace strata::cpu {
 
 // Throws unless every defined tensor lives in host memory.
 void require_host(const char* op, std::initializer_list<const Tensor*> tensors);
-
-// table (rows, C) += the rows of grads (n, C) by row_of[i] (−1: skipped), in the order of
-// kEmbeddingGradPiece (backend.h).
-void add_rows_in_pieces(float* table, int64_t rows, int64_t channels, const float* grads,
-                        const std::vector<int64_t>& row_of);
 
 class CpuBackend final : public Backend {
  public:
@@ -54,14 +50,13 @@ class CpuBackend final : public Backend {
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head) override;
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                           int n_head) override;
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
-  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t vocab_start,
+                         int vocab_size) override;
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t vocab_start,
+                          int vocab_size) override;
   void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size,
                              bool write_dlogits, float dloss) override;
   // Tensor parallelism (cpu_tensor_parallel.cpp).
-  void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) override;
-  void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
-                                int64_t vocab_start) override;
   void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) override;
   void vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t vocab_start,
                               int vocab_size) override;

@@ -1,11 +1,10 @@
-// CPU backend, part 3: the ops tensor parallelism adds — the row-parallel bias, and the
-// vocab-parallel embedding and cross-entropy, in which each rank holds a slice of the
-// vocabulary. Sums feeding one value accumulate in double, as elsewhere in this backend.
+// CPU backend, part 3: the ops tensor parallelism adds — the row-parallel bias and the
+// vocab-parallel cross-entropy, in which each rank holds a slice of the vocabulary (the embedding
+// ops take a slice too). Sums feeding one value accumulate in double, as elsewhere in this backend.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/fp32_span.h"
@@ -45,50 +44,6 @@ void CpuBackend::add_bias(Tensor out, Tensor bias) {
   Fp32Span o(out, Access::ReadWrite), b(bias, Access::Read);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) o[i * n + j] += b[j];
-}
-
-void CpuBackend::embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe,
-                                         int64_t vocab_start) {
-  const char* op = "embedding_forward_slice";
-  require_host(op, {&out, &tokens});
-  const EmbeddingShape s = embedding_slice_shape(op, out, tokens, wte_slice, wpe, vocab_start);
-  const int64_t B = s.batch, T = s.seq, C = s.channels, rows = s.rows;
-  Fp32Span e(wte_slice, Access::Read), p(wpe, Access::Read), o(out, Access::Write);
-  const int32_t* tok = tokens.as<int32_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t local = int64_t{tok[b * T + t]} - vocab_start;
-      const float* er = local >= 0 && local < rows ? e.data() + local * C : nullptr;
-      const float* pr = p.defined() ? p.data() + t * C : nullptr;
-      float* orow = o.data() + (b * T + t) * C;
-      for (int64_t c = 0; c < C; ++c) orow[c] = (er ? er[c] : 0.0f) + (pr ? pr[c] : 0.0f);
-    }
-  }
-}
-
-void CpuBackend::embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
-                                          int64_t vocab_start) {
-  const char* op = "embedding_backward_slice";
-  require_host(op, {&dout, &tokens});
-  const EmbeddingShape s = embedding_slice_shape(op, dout, tokens, dwte_slice, dwpe, vocab_start);
-  const int64_t B = s.batch, T = s.seq, C = s.channels, rows = s.rows;
-  Fp32Span de(dwte_slice, Access::ReadWrite), dp(dwpe, Access::ReadWrite), g(dout, Access::Read);
-  const int32_t* tok = tokens.as<int32_t>();
-  // The rows in embedding_backward's order, the sort holding only this slice's ids.
-  std::vector<int64_t> row_of(static_cast<size_t>(B * T));
-  for (int64_t i = 0; i < B * T; ++i) {
-    const int64_t local = int64_t{tok[i]} - vocab_start;
-    row_of[static_cast<size_t>(i)] = local >= 0 && local < rows ? local : -1;
-  }
-  add_rows_in_pieces(de.data(), rows, C, g.data(), row_of);
-  if (!dp.defined()) return;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) {
-      const float* grow = g.data() + (b * T + t) * C;
-      float* prow = dp.data() + t * C;
-      for (int64_t c = 0; c < C; ++c) prow[c] += grow[c];
-    }
-  }
 }
 
 void CpuBackend::vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) {

@@ -221,49 +221,46 @@ void CudaBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   CUDA_CHECK(cuda::gelu_backward(dinp.data, dout.data, inp.data, type, inp.numel(), stream_));
 }
 
-void CudaBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+void CudaBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t vocab_start,
+                                    int vocab_size) {
   const char* op = "embedding_forward";
   require_device(op, {&out, &wte, &wpe});
-  require(tokens.dtype == DType::I32 && tokens.ndim == 2, op, "tokens must be I32 (B, T), got " + tokens.shape_string());
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = cols_of(wte), V = rows_of(wte);
-  require(cols_of(out) == C && rows_of(out) == B * T, op,
-          "out " + out.shape_string() + " for tokens " + tokens.shape_string() + " and wte " + wte.shape_string());
-  require(cols_of(wpe) == C && rows_of(wpe) >= T, op, "wpe " + wpe.shape_string() + " too small for T=" + std::to_string(T));
+  const EmbeddingShape s = embedding_shape(op, out, tokens, wte, wpe, vocab_start, vocab_size);
   const ElemType type = common_elem_type(op, {&out, &wte, &wpe});
-  const int32_t* ids = tokens.as<int32_t>();
   if (tokens.device == Device::CPU) {
-    for (int64_t i = 0; i < B * T; ++i)
-      if (ids[i] < 0 || ids[i] >= V) throw_token_error(ids[i], i, T, V);
-    auto* staged = static_cast<int32_t*>(scratch(tokens.bytes()));
-    upload_ids(staged, ids, tokens.bytes());
-    ids = staged;
+    const int32_t* host = tokens.as<int32_t>();
+    for (int64_t i = 0; i < s.batch * s.seq; ++i)
+      if (host[i] < 0 || host[i] >= vocab_size) throw_token_error(host[i], i, s.seq, vocab_size);
   }
+  const int32_t* ids = device_ids(tokens, tokens.device == Device::CPU ? scratch(tokens.bytes()) : nullptr);
   // Host tokens were checked above; device tokens are checked by the kernel, read at the next wait.
-  BadIdFlag* bad_id = tokens.device == Device::CPU ? nullptr : id_flag(/*targets=*/false, T, V);
-  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte.data, wpe.data, type, B, T, C, V, 0, bad_id, stream_));
+  BadIdFlag* bad_id = tokens.device == Device::CPU ? nullptr : id_flag(/*targets=*/false, s.seq, vocab_size);
+  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte.data, wpe.data, type, s.batch, s.seq, s.channels, s.rows,
+                                     vocab_start, vocab_size, bad_id, stream_));
 }
 
-void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
+void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t vocab_start,
+                                     int vocab_size) {
   const char* op = "embedding_backward";
   require_device(op, {&dwte, &dwpe, &dout});
-  require(tokens.dtype == DType::I32 && tokens.ndim == 2, op, "tokens must be I32 (B, T), got " + tokens.shape_string());
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = cols_of(dwte), V = rows_of(dwte);
-  require(cols_of(dout) == C && rows_of(dout) == B * T, op, "dout " + dout.shape_string());
-  require(cols_of(dwpe) == C && rows_of(dwpe) >= T, op, "dwpe " + dwpe.shape_string());
-  const ElemType dwte_type = elem_type_of(dwte, op, "dwte"), dwpe_type = elem_type_of(dwpe, op, "dwpe");
+  const EmbeddingShape s = embedding_shape(op, dout, tokens, dwte, dwpe, vocab_start, vocab_size);
+  const ElemType dwte_type = elem_type_of(dwte, op, "dwte");
+  const ElemType dwpe_type = dwpe.defined() ? elem_type_of(dwpe, op, "dwpe") : ElemType::F32;
   const ElemType dout_type = elem_type_of(dout, op, "dout");
-  const size_t ids_bytes = tokens.device == Device::CPU ? align256(tokens.bytes()) : 0;
-  const size_t sort_bytes = embedding_backward_workspace_bytes(B * T, V, C);
-  char* base = static_cast<char*>(scratch(ids_bytes + sort_bytes));
-  const int32_t* ids = tokens.as<int32_t>();
   if (tokens.device == Device::CPU) {
-    for (int64_t i = 0; i < B * T; ++i)
-      require(ids[i] >= 0 && ids[i] < V, op, "token id " + std::to_string(ids[i]) + " outside [0, " + std::to_string(V) + ")");
-    upload_ids(base, ids, tokens.bytes());
-    ids = reinterpret_cast<const int32_t*>(base);
+    const int32_t* host = tokens.as<int32_t>();
+    for (int64_t i = 0; i < s.batch * s.seq; ++i) {
+      require(host[i] >= 0 && host[i] < vocab_size, op,
+              "token id " + std::to_string(host[i]) + " outside [0, " + std::to_string(vocab_size) + ")");
+    }
   }
-  CUDA_CHECK(cuda::embedding_backward(dwte.data, dwte_type, dwpe.data, dwpe_type, dout.data, dout_type, ids, B, T, C,
-                                      V, 0, base + ids_bytes, sort_bytes, stream_));
+  const size_t ids_bytes = tokens.device == Device::CPU ? align256(tokens.bytes()) : 0;
+  const size_t sort_bytes = embedding_backward_workspace_bytes(s.batch * s.seq, s.rows, s.channels);
+  char* base = static_cast<char*>(scratch(ids_bytes + sort_bytes));
+  const int32_t* ids = device_ids(tokens, base);
+  // Device ids outside the slice, bad ones included (the forward reported those), add nothing.
+  CUDA_CHECK(cuda::embedding_backward(dwte.data, dwte_type, dwpe.data, dwpe_type, dout.data, dout_type, ids, s.batch,
+                                      s.seq, s.channels, s.rows, vocab_start, base + ids_bytes, sort_bytes, stream_));
 }
 
 void CudaBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor param_copy,

@@ -76,9 +76,12 @@ class CudaBackend final : public Backend {
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head) override;
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head) override;
-  // tokens may be in host or device memory.
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
-  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+  // tokens may be in host or device memory; wte, out and wpe share one dtype; the gradients of
+  // the backward may have their own (fp32 accumulation under 16-bit dout).
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t vocab_start,
+                         int vocab_size) override;
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t vocab_start,
+                          int vocab_size) override;
   // targets may be in host or device memory.
   void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size, bool write_dlogits,
                              float dloss) override;
@@ -88,11 +91,6 @@ class CudaBackend final : public Backend {
   // ---- tensor parallelism (cuda_tensor_parallel.cpp) ----
   // out F32, BF16 or F16; bias any float type (the fp32 sum is rounded once to out's dtype).
   void add_bias(Tensor out, Tensor bias) override;
-  // tokens may be in host or device memory; wte_slice, out and wpe share one dtype; the
-  // gradients of the backward may have their own (fp32 accumulation under 16-bit dout).
-  void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) override;
-  void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
-                                int64_t vocab_start) override;
   void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) override;
   // targets may be in host or device memory (then read back only when one is out of range).
   void vocab_parallel_sum_exp(Tensor stats, Tensor logits, Tensor row_max, Tensor targets, int64_t vocab_start,

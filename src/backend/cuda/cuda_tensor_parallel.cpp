@@ -1,6 +1,6 @@
 // CUDA backend, part 3: the ops tensor parallelism adds — the row-parallel bias (the bias
-// kernel of the unfused GEMM path), and the vocab-parallel embedding (the embedding kernels with
-// the slice's first row as offset) and cross-entropy passes.
+// kernel of the unfused GEMM path) and the vocab-parallel cross-entropy passes (the embedding
+// ops of part 1 take a vocabulary slice too).
 #ifdef STRATA_HAVE_CUDA
 #include <algorithm>
 #include <string>
@@ -9,12 +9,9 @@
 #include "backend/cuda/cuda_backend.h"
 #include "cross_entropy.cuh"
 #include "elementwise.cuh"
-#include "embedding.cuh"
 
 namespace strata::cuda {
 namespace {
-
-size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Real columns of a logits slice starting at global column vocab_start: those below vocab_size.
 int64_t real_columns(int64_t slice_columns, int64_t vocab_start, int64_t vocab_size) {
@@ -50,35 +47,6 @@ void CudaBackend::add_bias(Tensor out, Tensor bias) {
   require(bias.numel() == cols_of(out), op, "bias " + bias.shape_string() + " for out " + out.shape_string());
   CUDA_CHECK(add_row_bias(out.data, elem_type_of(out, op, "out"), bias.data, elem_type_of(bias, op, "bias"),
                           rows_of(out), cols_of(out), /*accumulate=*/true, stream_));
-}
-
-void CudaBackend::embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe,
-                                          int64_t vocab_start) {
-  const char* op = "embedding_forward_slice";
-  require_device(op, {&out, &wte_slice, &wpe});
-  const EmbeddingShape s = embedding_slice_shape(op, out, tokens, wte_slice, wpe, vocab_start);
-  const ElemType type = common_elem_type(op, {&out, &wte_slice, &wpe});
-  const int32_t* ids = device_ids(tokens, tokens.device == Device::CPU ? scratch(tokens.bytes()) : nullptr);
-  // No bad-id flag: an id outside the slice belongs to another rank and embeds as zero here.
-  CUDA_CHECK(cuda::embedding_forward(out.data, ids, wte_slice.data, wpe.data, type, s.batch, s.seq, s.channels,
-                                     s.rows, vocab_start, nullptr, stream_));
-}
-
-void CudaBackend::embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
-                                           int64_t vocab_start) {
-  const char* op = "embedding_backward_slice";
-  require_device(op, {&dwte_slice, &dwpe, &dout});
-  const EmbeddingShape s = embedding_slice_shape(op, dout, tokens, dwte_slice, dwpe, vocab_start);
-  const ElemType dwte_type = elem_type_of(dwte_slice, op, "dwte");
-  const ElemType dwpe_type = dwpe.defined() ? elem_type_of(dwpe, op, "dwpe") : ElemType::F32;
-  const ElemType dout_type = elem_type_of(dout, op, "dout");
-  const size_t ids_bytes = tokens.device == Device::CPU ? align256(tokens.bytes()) : 0;
-  const size_t sort_bytes = embedding_backward_workspace_bytes(s.batch * s.seq, s.rows, s.channels);
-  char* base = static_cast<char*>(scratch(ids_bytes + sort_bytes));
-  const int32_t* ids = device_ids(tokens, base);
-  CUDA_CHECK(cuda::embedding_backward(dwte_slice.data, dwte_type, dwpe.data, dwpe_type, dout.data, dout_type, ids,
-                                      s.batch, s.seq, s.channels, s.rows, vocab_start, base + ids_bytes, sort_bytes,
-                                      stream_));
 }
 
 void CudaBackend::vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) {

@@ -215,32 +215,23 @@ class GuardedBackend final : public Backend {
     const OpScope open;
     cpu_->attention_backward(own(dqkv, op), own(dout, op), own(qkv, op), own(out, op), own(lse, op), n_head);
   }
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override {
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, int64_t vocab_start,
+                         int vocab_size) override {
     const char* op = "embedding_forward";
     const OpScope open;
-    cpu_->embedding_forward(own(out, op), any(tokens), own(wte, op), own(wpe, op));
+    cpu_->embedding_forward(own(out, op), any(tokens), own(wte, op), own(wpe, op), vocab_start, vocab_size);
   }
-  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override {
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, int64_t vocab_start,
+                          int vocab_size) override {
     const char* op = "embedding_backward";
     const OpScope open;
-    cpu_->embedding_backward(own(dwte, op), own(dwpe, op), own(dout, op), any(tokens));
+    cpu_->embedding_backward(own(dwte, op), own(dwpe, op), own(dout, op), any(tokens), vocab_start, vocab_size);
   }
   void softmax_cross_entropy(Tensor logits, Tensor losses, Tensor targets, int vocab_size, bool write_dlogits,
                              float dloss) override {
     const char* op = "softmax_cross_entropy";
     const OpScope open;
     cpu_->softmax_cross_entropy(own(logits, op), own(losses, op), any(targets), vocab_size, write_dlogits, dloss);
-  }
-  void embedding_forward_slice(Tensor out, Tensor tokens, Tensor wte_slice, Tensor wpe, int64_t vocab_start) override {
-    const char* op = "embedding_forward_slice";
-    const OpScope open;
-    cpu_->embedding_forward_slice(own(out, op), any(tokens), own(wte_slice, op), own(wpe, op), vocab_start);
-  }
-  void embedding_backward_slice(Tensor dwte_slice, Tensor dwpe, Tensor dout, Tensor tokens,
-                                int64_t vocab_start) override {
-    const char* op = "embedding_backward_slice";
-    const OpScope open;
-    cpu_->embedding_backward_slice(own(dwte_slice, op), own(dwpe, op), own(dout, op), any(tokens), vocab_start);
   }
   void vocab_parallel_max(Tensor row_max, Tensor logits, int64_t vocab_start, int vocab_size) override {
     const char* op = "vocab_parallel_max";

@@ -337,17 +337,18 @@ int main(int argc, char** argv) {
       }
       cuda::clear_kernel_set_override();
     }
-    bench.run("embedding_forward", es * 3 * nc + 4.0 * N, 0, [&] { gpu.embedding_forward(x, tokens, wte, wpe); });
+    const int vocab = static_cast<int>(V);
+    bench.run("embedding_forward", es * 3 * nc + 4.0 * N, 0, [&] { gpu.embedding_forward(x, tokens, wte, wpe, 0, vocab); });
     bench.run("embedding_backward", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
-              [&] { gpu.embedding_backward(dwte, dwpe, x, tokens); });
+              [&] { gpu.embedding_backward(dwte, dwpe, x, tokens, 0, vocab); });
     bench.run("embedding_backward (text-like ids)", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
-              [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens); });
+              [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens, 0, vocab); });
     // The piece-parallel backward beside the kernel it replaces (one block walks each row's whole
     // run), on text-like ids. Left out of TOTAL.
     for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
       cuda::override_kernel_set(set);
       bench.run(std::string("embedding_backward (text-like ids)") + (set == cuda::KernelSet::New ? " [pieces]" : " [previous]"),
-                es * nc + 8.0 * 2 * nc + 4.0 * N, 0, [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens); },
+                es * nc + 8.0 * 2 * nc + 4.0 * N, 0, [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens, 0, vocab); },
                 false);
     }
     cuda::clear_kernel_set_override();
@@ -377,8 +378,8 @@ int main(int argc, char** argv) {
                                          1.0f / N);
       });
       // The first rank's slice: text-like ids fall mostly in it, the busier rank.
-      bench.run("embedding_backward_slice (TP 2 rank 0, text-like ids)", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
-                [&] { gpu.embedding_backward_slice(dwte_slice, dwpe, x, text_tokens, 0); });
+      bench.run("embedding_backward (TP 2 slice of rank 0, text-like ids)", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
+                [&] { gpu.embedding_backward(dwte_slice, dwpe, x, text_tokens, 0, vocab); });
     }
 
     const Tensor p = pool.make(DType::F32, {params}), g = pool.make(DType::F32, {params}, 1e-3f);

@@ -14,6 +14,8 @@ using namespace strata::gpu_test;
 
 namespace {
 
+constexpr int kVocab = 1000;  // the table's rows in every case, whole or sliced
+
 // B·T ids: every third position holds `frequent`, the others spread over [0, vocab).
 std::vector<int32_t> text_like_ids(int64_t count, int32_t vocab, int32_t frequent) {
   std::vector<int32_t> ids(static_cast<size_t>(count));
@@ -47,9 +49,9 @@ TEST_CASE("gpu: embedding backward of a frequent token spread over many pieces e
   };
   for (const Case& c : {Case{96, DType::F32}, Case{1600, DType::BF16}}) {
     INFO("C = " << c.C << ", dout " << dtype_name(c.dout_type));
-    EmbeddingGrads g(4, 512, 1000, c.C, c.dout_type, DType::F32);
-    cpu().embedding_backward(g.dwte.cpu_tensor, g.dwpe.cpu_tensor, g.dout.cpu_tensor, g.tokens.cpu_tensor);
-    gpu().embedding_backward(g.dwte.gpu_tensor, g.dwpe.gpu_tensor, g.dout.gpu_tensor, g.tokens.gpu_tensor);
+    EmbeddingGrads g(4, 512, kVocab, c.C, c.dout_type, DType::F32);
+    cpu().embedding_backward(g.dwte.cpu_tensor, g.dwpe.cpu_tensor, g.dout.cpu_tensor, g.tokens.cpu_tensor, 0, kVocab);
+    gpu().embedding_backward(g.dwte.gpu_tensor, g.dwpe.gpu_tensor, g.dout.gpu_tensor, g.tokens.gpu_tensor, 0, kVocab);
     CHECK(g.dwte.gpu_values() == g.dwte.cpu_values());
     CHECK(g.dwpe.gpu_values() == g.dwpe.cpu_values());
   }
@@ -61,9 +63,11 @@ TEST_CASE("gpu: the vocab-parallel embedding backward of text-like ids equals th
   for (int64_t start : {int64_t{400}, int64_t{0}}) {
     INFO("slice from row " << start);
     EmbeddingGrads g(4, 512, 500, 64, DType::F32, DType::F32);
-    g.tokens.set_ints(text_like_ids(4 * 512, 1000, 17));
-    cpu().embedding_backward_slice(g.dwte.cpu_tensor, g.dwpe.cpu_tensor, g.dout.cpu_tensor, g.tokens.cpu_tensor, start);
-    gpu().embedding_backward_slice(g.dwte.gpu_tensor, g.dwpe.gpu_tensor, g.dout.gpu_tensor, g.tokens.gpu_tensor, start);
+    g.tokens.set_ints(text_like_ids(4 * 512, kVocab, 17));
+    cpu().embedding_backward(g.dwte.cpu_tensor, g.dwpe.cpu_tensor, g.dout.cpu_tensor, g.tokens.cpu_tensor, start,
+                             kVocab);
+    gpu().embedding_backward(g.dwte.gpu_tensor, g.dwpe.gpu_tensor, g.dout.gpu_tensor, g.tokens.gpu_tensor, start,
+                             kVocab);
     CHECK(g.dwte.gpu_values() == g.dwte.cpu_values());
     CHECK(g.dwpe.gpu_values() == g.dwpe.cpu_values());
   }
@@ -71,9 +75,9 @@ TEST_CASE("gpu: the vocab-parallel embedding backward of text-like ids equals th
 
 TEST_CASE("gpu: the previous embedding backward adds in position order, within fp32 rounding of the pieces") {
   const KernelSetOverride previous(cuda::KernelSet::Previous);
-  EmbeddingGrads g(2, 512, 1000, 64, DType::F32, DType::F32);
-  cpu().embedding_backward(g.dwte.cpu_tensor, g.dwpe.cpu_tensor, g.dout.cpu_tensor, g.tokens.cpu_tensor);
-  gpu().embedding_backward(g.dwte.gpu_tensor, g.dwpe.gpu_tensor, g.dout.gpu_tensor, g.tokens.gpu_tensor);
+  EmbeddingGrads g(2, 512, kVocab, 64, DType::F32, DType::F32);
+  cpu().embedding_backward(g.dwte.cpu_tensor, g.dwpe.cpu_tensor, g.dout.cpu_tensor, g.tokens.cpu_tensor, 0, kVocab);
+  gpu().embedding_backward(g.dwte.gpu_tensor, g.dwpe.gpu_tensor, g.dout.gpu_tensor, g.tokens.gpu_tensor, 0, kVocab);
   // The frequent row sums ~340 unit normals in two fp32 orders whose partial sums reach ~20:
   // each errs by √n · 2⁻²⁴ · 20 ≈ 2e-5 typically (n · 2⁻²⁴ · 20 ≈ 4e-4 at worst), so 1e-4.
   check_relative(g.dwte.gpu_values(), g.dwte.cpu_values(), 1e-4, "dwte, previous kernel");

@@ -30,13 +30,14 @@ TEST_CASE("gpu: device ids are checked without a wait and the first bad op is re
   logits.randomize(3);
   tokens.set_ints(ids_with(19, -1));   // batch row 1, position 3
   targets.set_ints(ids_with(0, 50));   // a later op's bad target
-  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);  // no throw, no wait
+  // No throw, no wait.
+  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 0, V);
   gpu().softmax_cross_entropy(logits.gpu_tensor, Tensor(), targets.gpu_tensor, static_cast<int>(V), true, 1.0f);
   // The ids are overwritten before the host looks: the flag carried the bad id itself.
   tokens.set_ints(ids_with(-1, 0));
   CHECK_THROWS_WITH(gpu().synchronize(), strata_catch::Contains("token id -1 at batch row 1, position 3"));
   CHECK_NOTHROW(gpu().synchronize());  // reported once; the flags are free again
-  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);
+  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 0, V);
   CHECK_NOTHROW(gpu().synchronize());
   // A read-back waits too, so it reports as well.
   targets.set_ints(ids_with(5, 77));
@@ -53,16 +54,19 @@ TEST_CASE("gpu: more checking ops than flags between two waits") {
   wte.randomize(5);
   wpe.randomize(6);
   token.set_ints({7});
+  const auto embed = [&] {
+    gpu().embedding_forward(out.gpu_tensor, token.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 0, V);
+  };
   Mirrored logits({4, 64}, DType::F32), targets({4}, DType::I32), losses({4}, DType::F32);
   logits.randomize(4);
-  for (int i = 0; i < ops; ++i) gpu().embedding_forward(out.gpu_tensor, token.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);
+  for (int i = 0; i < ops; ++i) embed();
   CHECK_NOTHROW(gpu().synchronize());
   // A bad target early in a long run: reported by the wait the full flags force, or the last one.
   targets.set_ints({1, 2, 60, 3});
   gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, V, false, 1.0f);
   bool reported = false;
   try {
-    for (int i = 0; i < ops; ++i) gpu().embedding_forward(out.gpu_tensor, token.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);
+    for (int i = 0; i < ops; ++i) embed();
     gpu().synchronize();
   } catch (const UserError& e) {
     reported = std::string(e.what()).find("target token id 60 at row 2") != std::string::npos;

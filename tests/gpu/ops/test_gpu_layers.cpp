@@ -268,13 +268,13 @@ TEST_CASE("gpu: embedding forward and backward are exact in fp32, with repeated 
   dout.randomize(74);
   dwte.randomize(75);
   dwpe.randomize(76);
-  cpu().embedding_forward(out.cpu_tensor, tokens.cpu_tensor, wte.cpu_tensor, wpe.cpu_tensor);
-  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);
+  cpu().embedding_forward(out.cpu_tensor, tokens.cpu_tensor, wte.cpu_tensor, wpe.cpu_tensor, 0, V);
+  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 0, V);
   CHECK(out.gpu_values() == out.cpu_values());
-  gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);  // host ids
+  gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 0, V);  // host ids
   CHECK(out.gpu_values() == out.cpu_values());
-  cpu().embedding_backward(dwte.cpu_tensor, dwpe.cpu_tensor, dout.cpu_tensor, tokens.cpu_tensor);
-  gpu().embedding_backward(dwte.gpu_tensor, dwpe.gpu_tensor, dout.gpu_tensor, tokens.gpu_tensor);
+  cpu().embedding_backward(dwte.cpu_tensor, dwpe.cpu_tensor, dout.cpu_tensor, tokens.cpu_tensor, 0, V);
+  gpu().embedding_backward(dwte.gpu_tensor, dwpe.gpu_tensor, dout.gpu_tensor, tokens.gpu_tensor, 0, V);
   // Same additions in the same order as the CPU: identical bits.
   CHECK(dwte.gpu_values() == dwte.cpu_values());
   CHECK(dwpe.gpu_values() == dwpe.cpu_values());
@@ -283,9 +283,10 @@ TEST_CASE("gpu: embedding forward and backward are exact in fp32, with repeated 
   bad[static_cast<size_t>(T + 5)] = static_cast<int32_t>(V);
   tokens.set_ints(bad);
   // Device tokens are checked on the device and reported at the next wait; host tokens at once.
-  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor);
+  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 0, V);
   CHECK_THROWS_WITH(gpu().synchronize(), strata_catch::Contains("token id " + std::to_string(V) + " at batch row 1, position 5"));
-  CHECK_THROWS_AS(gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor, wpe.gpu_tensor), UserError);
+  CHECK_THROWS_AS(gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 0, V),
+                  UserError);
 }
 
 TEST_CASE("gpu: embedding backward in bf16 with fp32 gradients matches the CPU") {
@@ -298,8 +299,8 @@ TEST_CASE("gpu: embedding backward in bf16 with fp32 gradients matches the CPU")
     dout.randomize(82);
     dwte.randomize(83);
     dwpe.randomize(84);
-    cpu().embedding_backward(dwte.cpu_tensor, dwpe.cpu_tensor, dout.cpu_tensor, tokens.cpu_tensor);
-    gpu().embedding_backward(dwte.gpu_tensor, dwpe.gpu_tensor, dout.gpu_tensor, tokens.gpu_tensor);
+    cpu().embedding_backward(dwte.cpu_tensor, dwpe.cpu_tensor, dout.cpu_tensor, tokens.cpu_tensor, 0, V);
+    gpu().embedding_backward(dwte.gpu_tensor, dwpe.gpu_tensor, dout.gpu_tensor, tokens.gpu_tensor, 0, V);
     INFO("C = " << C);
     CHECK(dwte.gpu_values() == dwte.cpu_values());
     CHECK(dwpe.gpu_values() == dwpe.cpu_values());

@@ -3,7 +3,7 @@
 // positions, host and device ids, packed and unpacked rows) and the three passes of the
 // vocab-parallel cross-entropy (a slice in the middle, one holding padding, one with no real
 // column), whose composition over 2 and 4 slices reproduces the fused softmax cross-entropy;
-// determinism, argument checks and the out-of-range target error.
+// determinism, argument checks and the out-of-range token and target errors.
 #include "catch_compat.h"
 
 #include <algorithm>
@@ -54,7 +54,8 @@ TEST_CASE("gpu: add_bias adds the bias to every row like the CPU") {
 }
 
 TEST_CASE("gpu: the vocab-parallel embedding embeds its slice's ids and zeros for the others") {
-  const int64_t B = 3, T = 40, V = 50, rows = 16;
+  const int64_t B = 3, T = 40, rows = 16;
+  const int V = 50;
   for (DType dtype : kFloatTypes) {
     for (int64_t C : {int64_t{64}, int64_t{37}}) {  // 37: rows not a whole number of 16-byte packs
       for (int64_t start : {int64_t{0}, int64_t{16}, int64_t{48}}) {  // the last slice holds padding rows too
@@ -63,7 +64,7 @@ TEST_CASE("gpu: the vocab-parallel embedding embeds its slice's ids and zeros fo
           const DType grad_type = positions ? DType::F32 : dtype;
           Mirrored tokens({B, T}, DType::I32), wte({rows, C}, dtype), wpe({T, C}, dtype), out({B, T, C}, dtype);
           Mirrored dout({B, T, C}, dtype), dwte({rows, C}, grad_type), dwpe({T, C}, grad_type);
-          tokens.randomize(11, 1.0f, static_cast<int32_t>(V));
+          tokens.randomize(11, 1.0f, V);
           wte.randomize(12);
           wpe.randomize(13);
           out.randomize(14);
@@ -72,64 +73,76 @@ TEST_CASE("gpu: the vocab-parallel embedding embeds its slice's ids and zeros fo
           dwpe.randomize(17);
           INFO(dtype_name(dtype) << " C " << C << " slice at " << start
                                  << (positions ? " with positions" : " without positions"));
-          cpu().embedding_forward_slice(out.cpu_tensor, tokens.cpu_tensor, wte.cpu_tensor,
-                                        or_none(positions, wpe.cpu_tensor), start);
-          gpu().embedding_forward_slice(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor,
-                                        or_none(positions, wpe.gpu_tensor), start);
+          cpu().embedding_forward(out.cpu_tensor, tokens.cpu_tensor, wte.cpu_tensor,
+                                  or_none(positions, wpe.cpu_tensor), start, V);
+          gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor,
+                                  or_none(positions, wpe.gpu_tensor), start, V);
           CHECK(out.gpu_values() == out.cpu_values());  // one rounding of the same fp32 sum
-          gpu().embedding_forward_slice(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor,
-                                        or_none(positions, wpe.gpu_tensor), start);  // host ids
+          gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor,
+                                  or_none(positions, wpe.gpu_tensor), start, V);  // host ids
           CHECK(out.gpu_values() == out.cpu_values());
 
           const std::vector<float> dwte_before = dwte.cpu_values(), dwpe_before = dwpe.cpu_values();
-          cpu().embedding_backward_slice(dwte.cpu_tensor, or_none(positions, dwpe.cpu_tensor), dout.cpu_tensor,
-                                         tokens.cpu_tensor, start);
-          gpu().embedding_backward_slice(dwte.gpu_tensor, or_none(positions, dwpe.gpu_tensor), dout.gpu_tensor,
-                                         tokens.gpu_tensor, start);
+          cpu().embedding_backward(dwte.cpu_tensor, or_none(positions, dwpe.cpu_tensor), dout.cpu_tensor,
+                                   tokens.cpu_tensor, start, V);
+          gpu().embedding_backward(dwte.gpu_tensor, or_none(positions, dwpe.gpu_tensor), dout.gpu_tensor,
+                                   tokens.gpu_tensor, start, V);
           CHECK(dwte.gpu_values() == dwte.cpu_values());  // the same additions in the same order
           CHECK(dwpe.gpu_values() == dwpe.cpu_values());  // untouched without positions
           // Again from the same gradients with host ids: the same bits (host ids, and determinism).
           const auto dwte_bits = dwte.gpu_bytes(), dwpe_bits = dwpe.gpu_bytes();
           dwte.set(dwte_before);
           dwpe.set(dwpe_before);
-          gpu().embedding_backward_slice(dwte.gpu_tensor, or_none(positions, dwpe.gpu_tensor), dout.gpu_tensor,
-                                         tokens.cpu_tensor, start);
+          gpu().embedding_backward(dwte.gpu_tensor, or_none(positions, dwpe.gpu_tensor), dout.gpu_tensor,
+                                   tokens.cpu_tensor, start, V);
           CHECK(dwte.gpu_bytes() == dwte_bits);
           CHECK(dwpe.gpu_bytes() == dwpe_bits);
         }
       }
     }
   }
-  // Every row whose id is outside the slice (below, above, negative) is exactly its position
-  // embedding, or zero without positions.
+  // Rows [8, 16) of a 24-id vocabulary: every row whose id is outside the slice (below, above)
+  // is exactly its position embedding, or zero without positions.
+  const int vocab = 24;
   Mirrored tokens({1, 5}, DType::I32), wte({8, 16}, DType::BF16), wpe({5, 16}, DType::BF16);
   Mirrored out({1, 5, 16}, DType::BF16);
-  tokens.set_ints({0, 9, 7, 100, -3});
+  tokens.set_ints({0, 9, 7, 23, 16});
   wte.randomize(21);
   wpe.randomize(22);
-  gpu().embedding_forward_slice(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 8);
+  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 8, vocab);
   std::vector<float> got = out.gpu_values();
   const std::vector<float> positions = wpe.cpu_values(), table = wte.cpu_values();
   for (size_t t : {size_t{0}, size_t{2}, size_t{3}, size_t{4}})
     for (size_t c = 0; c < 16; ++c) CHECK(got[t * 16 + c] == positions[t * 16 + c]);
-  gpu().embedding_forward_slice(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, Tensor(), 8);
+  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, Tensor(), 8, vocab);
   got = out.gpu_values();
   for (size_t c = 0; c < 16; ++c) {
     CHECK(got[16 + c] == table[16 + c]);  // id 9 is the slice's row 1
     for (size_t t : {size_t{0}, size_t{2}, size_t{3}, size_t{4}}) CHECK(got[t * 16 + c] == 0.0f);
   }
 
-  // Argument checks: host tables, mixed dtypes, too few positions.
+  // Ids outside the vocabulary are the user's errors under a slice too: device ids at the next
+  // wait (the first bad row), host ids at once.
+  tokens.set_ints({0, 9, 7, 100, -3});
+  gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe.gpu_tensor, 8, vocab);
+  CHECK_THROWS_WITH(gpu().synchronize(), strata_catch::Contains("token id 100 at batch row 0, position 3"));
+  CHECK_THROWS_AS(gpu().embedding_forward(out.gpu_tensor, tokens.cpu_tensor, wte.gpu_tensor, Tensor(), 8, vocab),
+                  UserError);
+  CHECK_NOTHROW(gpu().synchronize());
+
+  // Argument checks: host tables, mixed dtypes, too few positions, a negative start, no vocabulary.
   Mirrored wpe_f32({5, 16}, DType::F32), short_wpe({4, 16}, DType::BF16);
-  CHECK_THROWS_AS(gpu().embedding_forward_slice(out.gpu_tensor, tokens.gpu_tensor, wte.cpu_tensor, Tensor(), 8),
+  CHECK_THROWS_AS(gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.cpu_tensor, Tensor(), 8, vocab),
                   std::invalid_argument);
   CHECK_THROWS_AS(
-      gpu().embedding_forward_slice(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe_f32.gpu_tensor, 8),
+      gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, wpe_f32.gpu_tensor, 8, vocab),
       std::invalid_argument);
   CHECK_THROWS_AS(
-      gpu().embedding_forward_slice(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, short_wpe.gpu_tensor, 8),
+      gpu().embedding_forward(out.gpu_tensor, tokens.gpu_tensor, wte.gpu_tensor, short_wpe.gpu_tensor, 8, vocab),
       std::invalid_argument);
-  CHECK_THROWS_AS(gpu().embedding_backward_slice(wte.gpu_tensor, Tensor(), out.gpu_tensor, tokens.gpu_tensor, -1),
+  CHECK_THROWS_AS(gpu().embedding_backward(wte.gpu_tensor, Tensor(), out.gpu_tensor, tokens.gpu_tensor, -1, vocab),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(gpu().embedding_backward(wte.gpu_tensor, Tensor(), out.gpu_tensor, tokens.gpu_tensor, 8, 0),
                   std::invalid_argument);
 }
 

@@ -4,6 +4,7 @@
 #include "catch_compat.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/backend.h"
@@ -155,8 +156,32 @@ TEST_CASE("embedding backward adds each row's positions in pieces of the sorted 
         sequential_wte[static_cast<size_t>(ids[static_cast<size_t>(b * T + t)] * C + c)] += g;
         expected_wpe[static_cast<size_t>(t * C + c)] += g;
       }
-  backend->embedding_backward(dwte.tensor, dwpe.tensor, dout.tensor, tokens);
+  backend->embedding_backward(dwte.tensor, dwpe.tensor, dout.tensor, tokens, 0, V);
   CHECK(dwte.values == expected_wte);
   CHECK(dwpe.values == expected_wpe);
   CHECK(expected_wte != sequential_wte);  // the data tells the piece order from plain position order
+}
+
+TEST_CASE("embedding backward into a slice of the table adds only the slice's ids") {
+  auto backend = make_cpu_backend();
+  const int B = 2, T = 4, V = 6, C = 3, start = 2, rows = 3;
+  HostTensor dout({B, T, C}), dwte({rows, C});
+  fill_normal(dout.values, 18);
+  fill_normal(dwte.values, 19);
+  std::vector<int32_t> ids = {0, 2, 4, 5, 3, 2, 1, 4};
+  Tensor tokens(ids.data(), DType::I32, {B, T});
+  // Few positions: each row is one piece, summed from zero in position order.
+  std::vector<float> expected = dwte.values;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> piece(C, 0.0f);
+    for (int i = 0; i < B * T; ++i)
+      if (ids[static_cast<size_t>(i)] == start + r)
+        for (int c = 0; c < C; ++c) piece[static_cast<size_t>(c)] += dout[static_cast<size_t>(i * C + c)];
+    for (int c = 0; c < C; ++c) expected[static_cast<size_t>(r * C + c)] += piece[static_cast<size_t>(c)];
+  }
+  backend->embedding_backward(dwte.tensor, Tensor(), dout.tensor, tokens, start, V);  // no dwpe: positions skipped
+  CHECK(dwte.values == expected);
+  ids[3] = V;  // the forward reported it: here a programming error
+  CHECK_THROWS_AS(backend->embedding_backward(dwte.tensor, Tensor(), dout.tensor, tokens, start, V),
+                  std::invalid_argument);
 }

@@ -2,6 +2,7 @@
 // random inputs.
 #include "catch_compat.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/backend.h"
@@ -113,15 +114,34 @@ TEST_CASE("embedding forward adds token and position rows, bad ids are user erro
   fill_normal(wpe.values, 12);
   std::vector<int32_t> ids = {4, 0, 4, 2, 1, 3};
   Tensor tokens(ids.data(), DType::I32, {B, T});
-  backend->embedding_forward(out.tensor, tokens, wte.tensor, wpe.tensor);
+  backend->embedding_forward(out.tensor, tokens, wte.tensor, wpe.tensor, 0, V);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int c = 0; c < C; ++c) {
         const size_t row = static_cast<size_t>(ids[static_cast<size_t>(b * T + t)]);
         CHECK(out[static_cast<size_t>((b * T + t) * C + c)] == wte[row * C + c] + wpe[static_cast<size_t>(t * C + c)]);
       }
+
+  // Rows [2, 4) of the table: the vocabulary's other ids embed as their position alone.
+  const int start = 2, rows = 2;
+  HostTensor slice({rows, C});
+  std::copy(wte.values.begin() + start * C, wte.values.begin() + (start + rows) * C, slice.values.begin());
+  backend->embedding_forward(out.tensor, tokens, slice.tensor, wpe.tensor, start, V);
+  for (int i = 0; i < B * T; ++i) {
+    const int id = ids[static_cast<size_t>(i)], t = i % T;
+    const bool inside = id >= start && id < start + rows;
+    for (int c = 0; c < C; ++c) {
+      const float token = inside ? wte[static_cast<size_t>(id * C + c)] : 0.0f;
+      CHECK(out[static_cast<size_t>(i * C + c)] == token + wpe[static_cast<size_t>(t * C + c)]);
+    }
+  }
+
+  // An id outside the vocabulary is the user's error whether or not the slice would hold it.
   ids[4] = V;
-  CHECK_THROWS_AS(backend->embedding_forward(out.tensor, tokens, wte.tensor, wpe.tensor), UserError);
+  CHECK_THROWS_WITH(backend->embedding_forward(out.tensor, tokens, wte.tensor, wpe.tensor, 0, V),
+                    strata_catch::Contains("token id 5 at batch row 1, position 1 is outside the embedding table [0, 5)"));
+  ids[4] = -1;
+  CHECK_THROWS_AS(backend->embedding_forward(out.tensor, tokens, slice.tensor, wpe.tensor, start, V), UserError);
 }
 
 TEST_CASE("softmax cross-entropy gives per-token losses over the real vocabulary only") {
