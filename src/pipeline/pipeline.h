@@ -1,4 +1,4 @@
-// Public header of src/parallel/pipeline: pipeline parallelism's pure parts — which layers
+// Public header of src/pipeline: pipeline parallelism's pure parts — which layers
 // each model chunk holds, and the schedules as tables of actions per pipeline rank (GPipe, 1F1B,
 // interleaved 1F1B), with a simulator that runs a whole table set under blocking send/recv,
 // proving that it cannot deadlock and measuring its bubble and micro-batches in flight.

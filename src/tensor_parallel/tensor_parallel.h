@@ -1,4 +1,4 @@
-// Public header of src/parallel/tensor: a model slice's tensor-parallel group and the collectives
+// Public header of src/tensor_parallel: a model slice's tensor-parallel group and the collectives
 // tensor parallelism adds to the model, named after Megatron's conjugate pair so that a reader
 // sees where TP talks: f enters a TP region (the input of a column-parallel linear layer), g
 // leaves it (the output of a row-parallel one). Under sequence parallelism the token rows of
