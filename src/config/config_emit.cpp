@@ -9,6 +9,7 @@
 namespace strata {
 namespace {
 
+using config_detail::Bound;
 using config_detail::EnumNames;
 
 std::string quoted(const std::string& text) {
@@ -101,11 +102,15 @@ class FieldWriter {
     if (v) value(name, *v);
   }
   template <typename T>
-  void nullable(const char* name, const std::optional<T>& v) {
+  void value(const char* name, const T& v, Bound) {  // ranges are validation's
+    value(name, v);
+  }
+  template <typename T>
+  void nullable(const char* name, const std::optional<T>& v, Bound = {}) {
     w_.key(name, v ? number(*v) : "null");
   }
-  void count(const char* name, int64_t v) { w_.key(name, number(v)); }
-  void count(const char* name, const std::optional<int64_t>& v) {
+  void count(const char* name, int64_t v, Bound = {}) { w_.key(name, number(v)); }
+  void count(const char* name, const std::optional<int64_t>& v, Bound = {}) {
     if (v) count(name, *v);
   }
   template <typename E>

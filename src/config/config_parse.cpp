@@ -135,15 +135,15 @@ class FieldReader {
  public:
   explicit FieldReader(MapReader in) : in_(std::move(in)) {}
   template <typename T>
-  void value(const char* name, T& out) {
+  void value(const char* name, T& out, Bound = {}) {
     in_.read(name, out);
   }
   template <typename T>
-  void nullable(const char* name, T& out) {
+  void nullable(const char* name, T& out, Bound = {}) {
     in_.read(name, out);
   }
   template <typename T>
-  void count(const char* name, T& out) {
+  void count(const char* name, T& out, Bound = {}) {
     in_.read_count(name, out);
   }
   template <typename E>

@@ -1,6 +1,7 @@
-// Validation of a typed Config: ranges, cross-key rules (DeepSpeed's batch rule, the rank
-// grid, head/layer divisibility) and the features that parse but are not implemented yet.
-// Every problem is collected, in a fixed order, so a user fixes a config in one pass.
+// Validation of a typed Config: the ranges of the field table (config_fields.h), the rules that
+// join keys (DeepSpeed's batch rule, the rank grid, head/layer divisibility) and the features
+// that parse but are not implemented yet. Every problem is collected, in a fixed order, so a
+// user fixes a config in one pass.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -9,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "config/config_internal.h"
+#include "config/config_fields.h"
 #include "pipeline/pipeline.h"
 
 namespace strata {
@@ -24,12 +25,6 @@ class Problems {
   void at_least(const std::string& path, T value, T min) {
     if (value < min) add(path, fmt::format("must be ≥ {}, got {}", min, value));
   }
-  void positive(const std::string& path, double value) {
-    if (!(value > 0)) add(path, fmt::format("must be > 0, got {}", value));
-  }
-  void in_range(const std::string& path, int64_t value, int64_t lo, int64_t hi) {
-    if (value < lo || value > hi) add(path, fmt::format("must be in {}..{}, got {}", lo, hi, value));
-  }
   void fraction(const std::string& path, double value) {
     if (!(value >= 0 && value <= 1)) add(path, fmt::format("must be in [0, 1], got {}", value));
   }
@@ -40,19 +35,90 @@ class Problems {
   std::vector<ConfigError> list_;
 };
 
-void check_optimizer(const OptimizerConfig& o, Problems& p) {
-  p.positive("optimizer.params.lr", o.params.lr);
+// Walks the field table and checks each number against its bound, for the keys at or under one
+// dotted path only, so each group of checks below reports its keys where it always has.
+class RangeChecker {
+ public:
+  RangeChecker(std::string prefix, const std::string& key, Problems& p)
+      : prefix_(std::move(prefix)), key_(key), p_(p) {}
+  template <typename T>
+  void value(const char* name, const T& v, Bound bound = {}) {
+    check(prefix_ + name, v, bound);
+  }
+  template <typename T>
+  void nullable(const char* name, const T& v, Bound bound = {}) {
+    check(prefix_ + name, v, bound);
+  }
+  template <typename T>
+  void count(const char* name, const T& v, Bound bound = {}) {
+    check(prefix_ + name, v, bound);
+  }
+  template <typename E, typename N>
+  void choice(const char*, const E&, const N&) {}
+  template <typename E, typename N>
+  void choice_any_case(const char*, const E&, const N&) {}
+  template <typename Fn>
+  void section(const char* name, Fn&& fields) {
+    RangeChecker sub(prefix_ + name + ".", key_, p_);
+    fields(sub);
+  }
+  void scheduler(const SchedulerConfig&) {}  // its parameters depend on its type: check_scheduler
+  void pipeline_partition(const PipelineConfig&) {}
+
+ private:
+  template <typename T>
+  void check(const std::string& path, const std::optional<T>& v, Bound bound) {
+    if (v) check(path, *v, bound);
+  }
+  template <typename T>
+  void check(const std::string& path, const T& v, Bound bound) {
+    if constexpr (std::is_arithmetic_v<T>) {
+      if (bound.kind == Bound::Kind::Any || !(path == key_ || path.rfind(key_ + ".", 0) == 0)) return;
+      const auto value = static_cast<double>(v);
+      switch (bound.kind) {
+        case Bound::Kind::AtLeast:
+          if (value < bound.lo) p_.add(path, fmt::format("must be ≥ {}, got {}", bound.lo, v));
+          break;
+        case Bound::Kind::Positive:
+          if (!(value > 0)) p_.add(path, fmt::format("must be > 0, got {}", v));
+          break;
+        case Bound::Kind::Within:
+          if (value < bound.lo || value > bound.hi)
+            p_.add(path, fmt::format("must be in {}..{}, got {}", static_cast<int64_t>(bound.lo),
+                                     static_cast<int64_t>(bound.hi), v));
+          break;
+        case Bound::Kind::Fraction:
+          if (!(value >= 0 && value <= 1)) p_.add(path, fmt::format("must be in [0, 1], got {}", v));
+          break;
+        case Bound::Kind::Any:
+          break;
+      }
+    }
+  }
+
+  std::string prefix_;
+  const std::string& key_;
+  Problems& p_;
+};
+
+// The table's ranges for the keys at or under `key`.
+void check_ranges(const Config& c, const std::string& key, Problems& p) {
+  RangeChecker checker("", key, p);
+  config_fields(checker, c);
+}
+
+void check_optimizer(const Config& c, Problems& p) {
+  check_ranges(c, "optimizer", p);
+  const OptimizerConfig& o = c.optimizer;
   const auto& b = o.params.betas;
   if (!(b[0] >= 0 && b[0] < 1 && b[1] >= 0 && b[1] < 1))
     p.add("optimizer.params.betas", fmt::format("each beta must be in [0, 1), got [{}, {}]", b[0], b[1]));
-  p.positive("optimizer.params.eps", o.params.eps);
   // Adam's state is fp32: an eps below fp32's smallest normal number flushes to 0 (and a zero
   // second moment then divides by it); 1 or more swamps every update.
   const double eps = o.params.eps;
   if (eps > 0 && (eps < std::numeric_limits<float>::min() || eps >= 1))
     p.add("optimizer.params.eps", fmt::format("must be at least fp32's smallest normal number {:g} and below 1, got {:g}",
                                               static_cast<double>(std::numeric_limits<float>::min()), eps));
-  p.at_least("optimizer.params.weight_decay", o.params.weight_decay, 0.0);
   if (o.type == OptimizerType::AdamW && !o.params.adam_w_mode)
     p.add("optimizer.params.adam_w_mode",
           "false asks for L2 regularisation, which AdamW never does; use type Adam with adam_w_mode false, "
@@ -87,12 +153,8 @@ void check_scheduler(const SchedulerConfig& s, Problems& p) {
 }
 
 void check_precision(const Config& c, Problems& p) {
+  check_ranges(c, "fp16", p);
   const Fp16Config& f = c.fp16;
-  p.at_least("fp16.loss_scale", f.loss_scale, 0.0);
-  p.in_range("fp16.initial_scale_power", f.initial_scale_power, 0, 64);
-  p.at_least("fp16.loss_scale_window", f.loss_scale_window, 1);
-  p.at_least("fp16.hysteresis", f.hysteresis, 1);
-  p.positive("fp16.min_loss_scale", f.min_loss_scale);
   // Dynamic scaling starts at 2^initial_scale_power and halves on overflow down to the minimum:
   // a minimum above the start would make an overflow raise the scale.
   if (f.loss_scale == 0 && f.initial_scale_power >= 0 && f.initial_scale_power <= 64 &&
@@ -101,15 +163,6 @@ void check_precision(const Config& c, Problems& p) {
                                              f.min_loss_scale, std::ldexp(1.0, f.initial_scale_power)));
   if (c.fp16.enabled && c.bf16.enabled)
     p.add("bf16.enabled", "fp16 and bf16 are both enabled; enable at most one of them");
-}
-
-void check_zero(const ZeroConfig& z, Problems& p) {
-  p.in_range("zero_optimization.stage", z.stage, 0, 3);
-  p.at_least<int64_t>("zero_optimization.reduce_bucket_size", z.reduce_bucket_size, 1);
-  if (z.allgather_bucket_size)
-    p.at_least<int64_t>("zero_optimization.allgather_bucket_size", *z.allgather_bucket_size, 1);
-  p.at_least<int64_t>("zero_optimization.stage3_param_persistence_threshold", z.stage3_param_persistence_threshold,
-                      0);
 }
 
 std::string preset_names() {
@@ -132,15 +185,10 @@ void check_model(const Config& c, Problems& p) {
   const std::pair<const char*, std::optional<int>> dims[] = {
       {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head}, {"model.d_model", m.d_model}};
   for (const auto& dim : dims) {
-    if (!dim.second) {
-      if (given.preset.empty())
-        p.add(dim.first, "required without a preset (or set model.preset: one of " + preset_names() + ")");
-    } else {
-      p.at_least(dim.first, *dim.second, 1);
-    }
+    if (!dim.second && given.preset.empty())
+      p.add(dim.first, "required without a preset (or set model.preset: one of " + preset_names() + ")");
   }
-  p.in_range("model.vocab_size", m.vocab_size, 1, int64_t{1} << 30);  // padding must stay within int
-  p.at_least("model.seq_len", m.seq_len, 1);
+  check_ranges(c, "model", p);  // the given values: a preset's own are valid
   if (m.n_head && m.d_model && *m.n_head >= 1 && *m.d_model >= 1 && *m.d_model % *m.n_head != 0)
     p.add("model.d_model", fmt::format("{} is not divisible by model.n_head = {}", *m.d_model, *m.n_head));
 }
@@ -150,9 +198,7 @@ int check_parallelism(const Config& c, int world_size, Problems& p) {
   const ParallelismConfig& par = c.parallelism;
   const int tp = par.tensor_model_parallel_size;
   const int pp = par.pipeline_model_parallel_size;
-  p.at_least("parallelism.tensor_model_parallel_size", tp, 1);
-  p.at_least("parallelism.pipeline_model_parallel_size", pp, 1);
-  p.at_least("parallelism.pipeline.virtual_stages", par.pipeline.virtual_stages, 1);
+  check_ranges(c, "parallelism", p);
   if (tp < 1 || pp < 1 || world_size < 1) return 0;
   const ModelConfig m = expand_preset(c.model);
   if (m.n_head && *m.n_head >= 1 && *m.n_head % tp != 0)
@@ -221,42 +267,26 @@ void check_pipeline(const Config& c, int dp_size, Problems& p) {
 }
 
 void check_batch(const Config& c, int dp_size, Problems& p) {
-  bool usable = true;
-  const std::pair<const char*, std::optional<int>> keys[] = {
-      {"train_batch_size", c.train_batch_size},
-      {"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
-      {"gradient_accumulation_steps", c.gradient_accumulation_steps}};
-  for (const auto& key : keys) {
-    if (key.second && *key.second < 1) {
-      p.at_least(key.first, *key.second, 1);
-      usable = false;
-    }
-  }
-  if (!usable || dp_size < 1) return;
+  Problems ranges;
+  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"})
+    check_ranges(c, key, ranges);
+  std::vector<ConfigError> found = ranges.take();
+  for (const ConfigError& e : found) p.add(e.path, e.message);
+  if (!found.empty() || dp_size < 1) return;
   BatchSizes sizes;
   if (auto error = derive_batch_sizes(c, dp_size, sizes)) p.add(error->path, error->message);
 }
 
 void check_loop(const Config& c, Problems& p) {
-  p.at_least("gradient_clipping", c.gradient_clipping, 0.0);
-  p.at_least<int64_t>("steps_per_print", c.steps_per_print, 0);
-  if (c.activation_checkpointing.number_checkpoints)
-    p.at_least("activation_checkpointing.number_checkpoints", *c.activation_checkpointing.number_checkpoints, 1);
-  p.at_least<int64_t>("train.iters", c.train.iters, 1);
-  p.at_least<int64_t>("train.eval_interval", c.train.eval_interval, 0);
-  p.at_least<int64_t>("train.eval_iters", c.train.eval_iters, 1);
-  p.at_least<int64_t>("train.seed", c.train.seed, 0);
-  p.at_least<int64_t>("train.max_nonfinite_steps", c.train.max_nonfinite_steps, 0);
+  for (const char* key : {"gradient_clipping", "steps_per_print", "activation_checkpointing", "train", "checkpoint",
+                          "logging"})
+    check_ranges(c, key, p);
   if (c.train.eval_interval > 0 && c.data.val.empty())
     p.add("train.eval_interval", "evaluation needs validation data: set data.val, or set eval_interval to 0");
   const CheckpointConfig& k = c.checkpoint;
-  p.at_least<int64_t>("checkpoint.save_interval", k.save_interval, 0);
-  p.at_least("checkpoint.keep_last", k.keep_last, 0);
   if (k.resume.empty()) p.add("checkpoint.resume", "must be auto, none or the path of a checkpoint");
   if (k.dir.empty() && (k.save_interval > 0 || k.save_initial))
     p.add("checkpoint.dir", "save_interval/save_initial need a directory to save into; set checkpoint.dir");
-  p.at_least<int64_t>("logging.sample_interval", c.logging.sample_interval, 0);
-  p.at_least("logging.sample_tokens", c.logging.sample_tokens, 1);
 }
 
 // ---- Not supported yet -------------------------------------------------------------------
@@ -371,10 +401,10 @@ std::vector<ConfigError> check_config(const Config& c, int world_size) {
   check_batch(c, dp_size, p);
   check_sequence_parallel(c, dp_size, p);
   check_pipeline(c, dp_size, p);
-  check_optimizer(c.optimizer, p);
+  check_optimizer(c, p);
   check_scheduler(c.scheduler, p);
   check_precision(c, p);
-  check_zero(c.zero_optimization, p);
+  check_ranges(c, "zero_optimization", p);
   check_model(c, p);
   for (auto& e : grid.take()) p.add(e.path, e.message);
   check_loop(c, p);
