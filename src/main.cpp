@@ -53,6 +53,8 @@ int report_user_error(const strata::UserError& e, int world_size) {
 struct Commands {
   std::string config_path;
   int config_world_size = 1;
+  bool explain_deepspeed = false;
+  bool deepspeed_keys = false;
   std::vector<std::string> overrides;
   strata::InfoOptions info_options;
   strata::CommCheckOptions comm_check_options;
@@ -70,9 +72,14 @@ struct Commands {
 void add_commands(CLI::App& app, Commands& c) {
   // strata config CONFIG [--world-size N] [--set k=v]...
   c.config = app.add_subcommand("config", "Validate a config and print it resolved, with derived values");
-  c.config->add_option("config", c.config_path, "YAML or ds_config JSON file")->required();
+  c.config->add_option("config", c.config_path, "YAML or ds_config JSON file");
   c.config->add_option("--world-size", c.config_world_size, "Number of ranks to resolve for")->check(kWholeCount);
   c.config->add_option("--set", c.overrides, "Override a key: a.b.c=value (repeatable)");
+  c.config->add_flag("--explain-deepspeed", c.explain_deepspeed,
+                     "List the file's DeepSpeed keys, each with what strata does with it");
+  auto* table = c.config->add_flag("--deepspeed-keys", c.deepspeed_keys,
+                                   "Print every DeepSpeed key with what strata does with it (a Markdown table)");
+  table->excludes(c.config->get_option("config"));
 
   // strata info [--tp N] [--pp N]
   c.info = app.add_subcommand("info", "Print ranks, grid coordinates, hosts, GPUs and library versions (run under mpirun)");
@@ -111,14 +118,28 @@ void add_commands(CLI::App& app, Commands& c) {
   c.export_hf->add_option("--out", c.export_out, "Output directory")->required();
 }
 
-// Runs the parsed subcommand; the MPI ones bring MPI up into `mpi` first.
-int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<strata::MpiRuntime>& mpi) {
-  if (c.config->parsed()) {
-    const strata::Config cfg = strata::load_config_file(c.config_path, c.overrides, c.config_world_size);
-    std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
-    std::fputs(strata::derived_to_yaml(cfg).c_str(), stdout);
+// strata config: the resolved config in file format (the DeepSpeed notes as comments above it),
+// or the file's DeepSpeed keys explained, or the table of every DeepSpeed key.
+int run_config(const Commands& c) {
+  if (c.deepspeed_keys) {
+    std::fputs(strata::deepspeed_keys_markdown().c_str(), stdout);
     return 0;
   }
+  if (c.config_path.empty()) throw strata::UserError("strata config: give a config file (or --deepspeed-keys)");
+  const strata::Config cfg = strata::load_config_file(c.config_path, c.overrides, c.config_world_size);
+  if (c.explain_deepspeed) {
+    std::fputs(strata::explain_deepspeed(cfg).c_str(), stdout);
+    return 0;
+  }
+  for (const std::string& note : strata::deepspeed_notes(cfg)) std::printf("# %s\n", note.c_str());
+  std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
+  std::fputs(strata::derived_to_yaml(cfg).c_str(), stdout);
+  return 0;
+}
+
+// Runs the parsed subcommand; the MPI ones bring MPI up into `mpi` first.
+int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<strata::MpiRuntime>& mpi) {
+  if (c.config->parsed()) return run_config(c);
   if (c.encode->parsed()) {
     strata::encode_text_files(c.encode_options);
     return 0;

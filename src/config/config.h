@@ -146,20 +146,14 @@ struct ZeroConfig {
   OffloadConfig offload_param;
 };
 
-// `activation_checkpointing`: DeepSpeed's activation checkpointing switches.
+// `activation_checkpointing`: the DeepSpeed switches that would change what strata does (its other
+// keys change nothing in strata and are accepted as such; model.recompute chooses recomputation).
 struct ActivationCheckpointingConfig {
-  /// Partition checkpointed activations across tensor-parallel ranks.
+  /// Partition checkpointed activations across tensor-parallel ranks: nothing to partition at
+  /// TP 1; with TP it is what parallelism.sequence_parallel does, which it then requires.
   bool partition_activations = false;
-  /// Keep checkpointed activations in host memory.
+  /// Keep checkpointed activations in host memory (not supported yet: false).
   bool cpu_checkpointing = false;
-  /// Copy checkpoints into one preallocated buffer.
-  bool contiguous_memory_optimization = false;
-  /// Synchronize the device at each checkpoint boundary.
-  bool synchronize_checkpoint_boundary = false;
-  /// Time the checkpointing functions.
-  bool profile = false;
-  /// Number of checkpoints (unset = one per layer).
-  std::optional<int> number_checkpoints;
 };
 
 // `model`: the GPT-2-style network.
@@ -293,6 +287,19 @@ struct Derived {
   int64_t flops_per_token = 0;
 };
 
+// What strata did with one DeepSpeed key of a config file.
+struct DeepSpeedKeyNote {
+  /// Dotted path, e.g. "zero_optimization.stage".
+  std::string path;
+  /// The value as written (lists and maps abbreviated).
+  std::string value;
+  /// implemented, auto (filled in), accepted (changes nothing) or disabled (a feature section
+  /// with nothing enabled).
+  std::string treatment;
+  /// What strata does with it; for auto, the value it took and where from.
+  std::string detail;
+};
+
 // A whole run configuration; section structs mirror the file's sections.
 struct Config {
   /// Sequences per optimizer step over all DP ranks (any two batch keys determine the third).
@@ -337,6 +344,9 @@ struct Config {
   CommConfig comm;
   /// Filled by resolve_config; not part of the file format.
   Derived derived;
+  /// Filled by the loader: the file's DeepSpeed keys in file order, each with what strata did
+  /// with it; not part of the file format.
+  std::vector<DeepSpeedKeyNote> deepspeed_keys;
 };
 
 // Named model shapes. Every preset uses the default vocab_size (50257) and seq_len (1024),
@@ -370,5 +380,13 @@ void resolve_config(Config& cfg, int world_size);
 std::string config_to_yaml(const Config& cfg);
 // The `derived:` block for `strata config`.
 std::string derived_to_yaml(const Config& cfg);
+// The notes a run prints at start-up: each DeepSpeed key that was filled in (auto) or that
+// changes nothing in strata (accepted, disabled), "path: what strata did".
+std::vector<std::string> deepspeed_notes(const Config& cfg);
+// Every DeepSpeed key of the file with its value and treatment, one aligned line each.
+std::string explain_deepspeed(const Config& cfg);
+// Every key of DeepSpeed's config with its meaning and what strata does, as a Markdown table
+// (the README's; `strata config --deepspeed-keys` prints it).
+std::string deepspeed_keys_markdown();
 
 }  // namespace strata

@@ -105,10 +105,6 @@ class FieldWriter {
   void value(const char* name, const T& v, Bound) {  // ranges are validation's
     value(name, v);
   }
-  template <typename T>
-  void nullable(const char* name, const std::optional<T>& v, Bound = {}) {
-    w_.key(name, v ? number(*v) : "null");
-  }
   void count(const char* name, int64_t v, Bound = {}) { w_.key(name, number(v)); }
   void count(const char* name, const std::optional<int64_t>& v, Bound = {}) {
     if (v) count(name, *v);
@@ -122,7 +118,7 @@ class FieldWriter {
     choice(name, v, names);
   }
   template <typename Fn>
-  void section(const char* name, Fn&& fields) {
+  void section(const char* name, Fn&& fields, const char* = nullptr) {  // written under its own name
     w_.open(name);
     fields(*this);
     w_.close();

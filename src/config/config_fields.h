@@ -24,10 +24,10 @@ constexpr Bound fraction() { return {Bound::Kind::Fraction, 0, 1}; }
 // A visitor V offers:
 //   value(name, member, bound)     bool, number, string or list; an optional one is written only
 //                                  when set; the bound (numbers only) may be left out
-//   nullable(name, member, bound)  an optional number written as null when unset
 //   count(name, member, bound)     an element count (5e8 or 500000000)
 //   choice(name, member, names)    one of `names` (choice_any_case: in any letter case)
-//   section(name, fn)              a nested map whose fields fn(V&) visits
+//   section(name, fn[, alias])     a nested map whose fields fn(V&) visits; the reader also takes
+//                                  it under DeepSpeed's other name `alias`
 //   scheduler(member), pipeline_partition(member)   the two keys whose shape depends on a value
 // S is the section's type, const for the writer.
 
@@ -77,7 +77,7 @@ void deepspeed_fields(V& v, C& c) {
     s.value("consecutive_hysteresis", c.fp16.consecutive_hysteresis);
     s.value("min_loss_scale", c.fp16.min_loss_scale, positive());
   });
-  v.section("bf16", [&](V& s) { s.value("enabled", c.bf16.enabled); });
+  v.section("bf16", [&](V& s) { s.value("enabled", c.bf16.enabled); }, "bfloat16");
   v.section("zero_optimization", [&](V& s) { zero_fields(s, c.zero_optimization); });
   v.value("gradient_clipping", c.gradient_clipping, at_least(0));
   v.value("steps_per_print", c.steps_per_print, at_least(0));
@@ -86,10 +86,6 @@ void deepspeed_fields(V& v, C& c) {
     auto& a = c.activation_checkpointing;
     s.value("partition_activations", a.partition_activations);
     s.value("cpu_checkpointing", a.cpu_checkpointing);
-    s.value("contiguous_memory_optimization", a.contiguous_memory_optimization);
-    s.value("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
-    s.value("profile", a.profile);
-    s.nullable("number_checkpoints", a.number_checkpoints, at_least(1));
   });
 }
 

@@ -35,10 +35,14 @@ class ErrorLog {
   bool empty() const { return errors_.empty(); }
   size_t count() const { return errors_.size(); }
   std::vector<std::string> messages() const;
+  // A key given as 'auto' that strata fills in (resolve_auto).
+  void add_auto(const std::string& path) { autos_.push_back(path); }
+  const std::vector<std::string>& autos() const { return autos_; }
 
  private:
   std::vector<ConfigError> errors_;
   std::vector<std::string> overridden_;
+  std::vector<std::string> autos_;
 };
 
 // The spellings an enum accepts.
@@ -96,6 +100,8 @@ class MapReader {
   const YAML::Node* scalar(const std::string& key, const char* expected);
   bool read_choice(const std::string& key, const std::vector<std::string>& spellings, bool ignore_case,
                    int& index);
+  // True when the value is 'auto': logged as one to fill in, or as an error where strata cannot.
+  bool take_auto(const std::string& key, const YAML::Node& node, const char* expected);
 
   std::string path_;
   ErrorLog* log_;
@@ -109,6 +115,17 @@ std::vector<std::string> scheduler_param_names(LrScheduleType type);
 
 // Parses a YAML tree into cfg; problems go to log.
 void parse_config_tree(const YAML::Node& root, Config& cfg, ErrorLog& log);
+// The tree's DeepSpeed keys, each with what strata does with it (cfg.deepspeed_keys).
+void list_deepspeed_keys(const YAML::Node& root, Config& cfg);
+
+// 'auto' (config_auto.cpp): nullopt when strata fills this key's 'auto' in, else the error.
+std::optional<std::string> auto_refusal(const std::string& path, const char* expected);
+// Fills in the keys given as 'auto' from the keys they follow from; those it cannot go to log.
+void resolve_auto(Config& cfg, const std::vector<std::string>& autos, const YAML::Node& root, ErrorLog& log);
+// After resolve_config: the values the batch keys given as 'auto' took, and what the switches
+// whose effect depends on the layout did.
+void describe_resolved_keys(Config& cfg);
+bool batch_key_is_auto(const Config& cfg, const std::string& path);
 // Applies "a.b.c=value" overrides to the tree; malformed ones go to log.
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides, ErrorLog& log);
 // Every problem of a typed config, in a fixed order.

@@ -105,6 +105,8 @@ Config load_config_text(const std::string& yaml_text, const std::vector<std::str
   apply_overrides(root, overrides, log);
   Config cfg;
   parse_config_tree(root, cfg, log);
+  list_deepspeed_keys(root, cfg);
+  resolve_auto(cfg, log.autos(), root, log);
 
   // A value that failed to parse kept its default; rules about it would only add noise.
   const char* batch_keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"};
@@ -121,6 +123,7 @@ Config load_config_text(const std::string& yaml_text, const std::vector<std::str
   if (!log.empty()) throw UserErrors(log.messages());
 
   resolve_config(cfg, world_size);
+  describe_resolved_keys(cfg);
   return cfg;
 }
 

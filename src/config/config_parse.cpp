@@ -55,23 +55,6 @@ const char* name_in(const EnumNames<E>& names, E value) {
   return "?";
 }
 
-// ds_config sections strata does not implement get a clearer message than "unknown key".
-const std::map<std::string, std::string>& deepspeed_only_keys() {
-  static const std::map<std::string, std::string> hints = [] {
-    std::map<std::string, std::string> h;
-    for (const char* key :
-         {"amp", "aio", "autotuning", "comms_logger", "communication_data_type", "compression_training",
-          "csv_monitor", "data_efficiency", "data_types", "dump_state", "elasticity", "flops_profiler",
-          "gradient_predivide_factor", "memory_breakdown", "prescale_gradients", "sparse_attention",
-          "sparse_gradients", "tensorboard", "wandb", "zero_allow_untested_optimizer",
-          "zero_force_ds_cpu_optimizer"}) {
-      h[key] = "a DeepSpeed setting strata does not implement; remove it";
-    }
-    return h;
-  }();
-  return hints;
-}
-
 void read_scheduler_param(MapReader& in, const std::string& name, SchedulerParams& out) {
   if (name == "warmup_min_lr") in.read(name, out.warmup_min_lr);
   if (name == "warmup_max_lr") in.read(name, out.warmup_max_lr);
@@ -139,10 +122,6 @@ class FieldReader {
     in_.read(name, out);
   }
   template <typename T>
-  void nullable(const char* name, T& out, Bound = {}) {
-    in_.read(name, out);
-  }
-  template <typename T>
   void count(const char* name, T& out, Bound = {}) {
     in_.read_count(name, out);
   }
@@ -155,15 +134,24 @@ class FieldReader {
     in_.read_enum(name, out, names, /*ignore_case=*/true);
   }
   template <typename Fn>
-  void section(const char* name, Fn&& fields) {
-    FieldReader sub(in_.section(name));
+  void section(const char* name, Fn&& fields, const char* alias = nullptr) {
+    const char* key = name;
+    if (alias != nullptr && in_.has(alias)) {
+      in_.section(alias);  // known either way
+      if (in_.has(name)) {
+        in_.error(alias, fmt::format("DeepSpeed's other name for {}, which is given too; keep one of them", name));
+      } else {
+        key = alias;
+      }
+    }
+    FieldReader sub(in_.section(key));
     fields(sub);
     sub.in_.finish();
   }
   void scheduler(SchedulerConfig& out) { parse_scheduler(in_.section("scheduler"), out); }
   void pipeline_partition(PipelineConfig& out) { read_partition(in_, out); }
   // Reports the keys no field asked for.
-  void finish(const std::map<std::string, std::string>& hints) { in_.finish(hints); }
+  void finish() { in_.finish(); }
 
  private:
   MapReader in_;
@@ -174,7 +162,7 @@ class FieldReader {
 void parse_config_tree(const YAML::Node& root, Config& cfg, ErrorLog& log) {
   FieldReader top(MapReader(root, "", log));
   config_fields(top, cfg);
-  top.finish(deepspeed_only_keys());
+  top.finish();
 }
 
 }  // namespace config_detail

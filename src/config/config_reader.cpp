@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "config/config_internal.h"
+#include "config/deepspeed_keys.h"
 
 namespace strata {
 namespace config_detail {
@@ -175,11 +176,18 @@ const YAML::Node* MapReader::scalar(const std::string& key, const char* expected
     log_->add(key_path(key), fmt::format("expected {}, got {}", expected, describe(*node)));
     return nullptr;
   }
-  if (node->Scalar() == "auto") {
-    log_->add(key_path(key), fmt::format("'auto' is resolved by the HuggingFace Trainer; strata needs {}", expected));
-    return nullptr;
-  }
+  if (take_auto(key, *node, expected)) return nullptr;
   return node;
+}
+
+bool MapReader::take_auto(const std::string& key, const YAML::Node& node, const char* expected) {
+  if (!node.IsScalar() || node.Scalar() != "auto") return false;
+  if (const std::optional<std::string> refusal = auto_refusal(key_path(key), expected)) {
+    log_->add(key_path(key), *refusal);
+  } else {
+    log_->add_auto(key_path(key));
+  }
+  return true;
 }
 
 void MapReader::read(const std::string& key, bool& out) {
@@ -244,7 +252,7 @@ void MapReader::read(const std::string& key, std::string& out) {
 
 void MapReader::read(const std::string& key, std::optional<bool>& out) {
   const YAML::Node* node = find(key);
-  if (node == nullptr) return;
+  if (node == nullptr || take_auto(key, *node, "true or false")) return;
   if (node->IsNull()) {
     out.reset();
     return;
@@ -257,7 +265,7 @@ void MapReader::read(const std::string& key, std::optional<bool>& out) {
 
 void MapReader::read(const std::string& key, std::optional<int>& out) {
   const YAML::Node* node = find(key);
-  if (node == nullptr) return;
+  if (node == nullptr || take_auto(key, *node, "an integer")) return;
   if (node->IsNull()) {
     out.reset();
     return;
@@ -270,7 +278,7 @@ void MapReader::read(const std::string& key, std::optional<int>& out) {
 
 void MapReader::read(const std::string& key, std::optional<int64_t>& out) {
   const YAML::Node* node = find(key);
-  if (node == nullptr) return;
+  if (node == nullptr || take_auto(key, *node, "an integer")) return;
   if (node->IsNull()) {
     out.reset();
     return;
@@ -285,10 +293,7 @@ void MapReader::read(const std::string& key, std::array<double, 2>& out) {
   const YAML::Node* node = find(key);
   if (node == nullptr) return;
   const char* expected = "a list of two numbers like [0.9, 0.999]";
-  if (node->IsScalar() && node->Scalar() == "auto") {
-    log_->add(key_path(key), fmt::format("'auto' is resolved by the HuggingFace Trainer; strata needs {}", expected));
-    return;
-  }
+  if (take_auto(key, *node, expected)) return;
   if (!node->IsSequence() || node->size() != 2) {
     const std::string got = node->IsSequence() ? fmt::format("a list of {}", node->size()) : describe(*node);
     log_->add(key_path(key), fmt::format("expected {}, got {}", expected, got));
@@ -346,10 +351,11 @@ void MapReader::read_count(const std::string& key, int64_t& out) {
 
 void MapReader::read_count(const std::string& key, std::optional<int64_t>& out) {
   const YAML::Node* node = find(key);
-  if (node == nullptr || node->IsNull()) return;
+  if (node == nullptr || node->IsNull() || take_auto(key, *node, "a number")) return;
   int64_t value = 0;
+  const size_t errors_before = log_->count();
   read_count(key, value);
-  out = value;
+  if (log_->count() == errors_before) out = value;
 }
 
 bool MapReader::read_choice(const std::string& key, const std::vector<std::string>& spellings, bool ignore_case,
@@ -385,6 +391,21 @@ MapReader MapReader::section(const std::string& key) {
 void MapReader::finish(const std::map<std::string, std::string>& hints) {
   for (const auto& e : entries_) {
     if (std::find(known_.begin(), known_.end(), e.first) != known_.end()) continue;
+    // A DeepSpeed key strata does not read: accepted or refused by its entry, never a typo. A
+    // section listed as implemented that no reader asked for (data_types) holds keys with entries
+    // of their own; a leaf listed as implemented always has a reader (were it missed, it falls
+    // through as unknown).
+    if (const DeepSpeedKey* ds = find_deepspeed_key(key_path(e.first))) {
+      if (ds->treatment != DsTreatment::Implemented) {
+        const DsDecision decision = decide_deepspeed_key(*ds, e.second);
+        if (decision.kind == DsDecision::Refused) log_->add(key_path(e.first), decision.message);
+        continue;
+      }
+      if (e.second.IsMap()) {
+        MapReader(e.second, key_path(e.first), *log_).finish();
+        continue;
+      }
+    }
     const auto hint = hints.find(e.first);
     if (hint != hints.end()) {
       log_->add(key_path(e.first), hint->second);

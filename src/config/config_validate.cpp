@@ -46,10 +46,6 @@ class RangeChecker {
     check(prefix_ + name, v, bound);
   }
   template <typename T>
-  void nullable(const char* name, const T& v, Bound bound = {}) {
-    check(prefix_ + name, v, bound);
-  }
-  template <typename T>
   void count(const char* name, const T& v, Bound bound = {}) {
     check(prefix_ + name, v, bound);
   }
@@ -58,7 +54,7 @@ class RangeChecker {
   template <typename E, typename N>
   void choice_any_case(const char*, const E&, const N&) {}
   template <typename Fn>
-  void section(const char* name, Fn&& fields) {
+  void section(const char* name, Fn&& fields, const char* = nullptr) {
     RangeChecker sub(prefix_ + name + ".", key_, p_);
     fields(sub);
   }
@@ -274,7 +270,18 @@ void check_batch(const Config& c, int dp_size, Problems& p) {
   for (const ConfigError& e : found) p.add(e.path, e.message);
   if (!found.empty() || dp_size < 1) return;
   BatchSizes sizes;
-  if (auto error = derive_batch_sizes(c, dp_size, sizes)) p.add(error->path, error->message);
+  const std::optional<ConfigError> error = derive_batch_sizes(c, dp_size, sizes);
+  if (!error) return;
+  std::string message = error->message;
+  std::vector<std::string> autos;
+  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
+    if (batch_key_is_auto(c, key)) autos.push_back(key);
+  }
+  if (!autos.empty())
+    message += fmt::format(" ({} {} 'auto', which strata fills in from the other batch keys and the data-parallel "
+                           "size only where they determine it)",
+                           join(autos, " and "), autos.size() == 1 ? "is" : "are");
+  p.add(error->path, message);
 }
 
 void check_loop(const Config& c, Problems& p) {
@@ -320,19 +327,14 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
     p.add("zero_optimization.offload_param.device",
           fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_param.device)));
   const ActivationCheckpointingConfig& a = c.activation_checkpointing;
-  const std::pair<const char*, bool> switches[] = {
-      {"partition_activations", a.partition_activations},
-      {"cpu_checkpointing", a.cpu_checkpointing},
-      {"contiguous_memory_optimization", a.contiguous_memory_optimization},
-      {"synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary},
-      {"profile", a.profile}};
-  for (const auto& s : switches) {
-    if (s.second)
-      p.add(std::string("activation_checkpointing.") + s.first, "true is not supported yet; use false");
-  }
-  if (a.number_checkpoints)
-    p.add("activation_checkpointing.number_checkpoints",
-          "is not supported yet; leave it unset (use model.recompute for recomputation)");
+  if (a.partition_activations && c.parallelism.tensor_model_parallel_size > 1 && !c.parallelism.sequence_parallel)
+    p.add("activation_checkpointing.partition_activations",
+          "with tensor parallelism, strata partitions activations over the tensor-parallel ranks as sequence "
+          "parallelism: set parallelism.sequence_parallel: true (or partition_activations: false)");
+  if (a.cpu_checkpointing)
+    p.add("activation_checkpointing.cpu_checkpointing",
+          "true (checkpointed activations in host memory) is not supported yet; use false (model.recompute: full "
+          "keeps the fewest activations)");
   if (c.comm.backend == CommBackend::Nccl && c.device == DeviceKind::Cpu)
     p.add("comm.backend", "nccl needs device: cuda or auto (NCCL moves GPU memory); use auto or mpi");
 }

@@ -277,6 +277,7 @@ int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
   if (mpi.world_rank() == 0) {
     log_info("strata {} | {} rank(s) | config {}", STRATA_VERSION, mpi.world_size(), options.config_path);
     log_info("resolved config:\n{}{}", config_to_yaml(cfg), derived_to_yaml(cfg));
+    for (const std::string& note : deepspeed_notes(cfg)) log_info("config: {}", note);
   }
   Trainer trainer(mpi, std::move(cfg), options);
   return trainer.run();

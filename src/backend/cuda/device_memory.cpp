@@ -40,7 +40,7 @@ void* device_alloc(size_t bytes) {
     cudaMemGetInfo(&free_bytes, &total_bytes);
     throw UserError("CUDA out of memory: allocating " + mib(bytes) + " with " + mib(device_memory_counters().allocated_bytes) +
                     " already allocated by strata and " + mib(free_bytes) + " of " + mib(total_bytes) +
-                    " free on the device; lower train_micro_batch_size_per_gpu, enable activation_checkpointing "
+                    " free on the device; lower train_micro_batch_size_per_gpu, set model.recompute "
                     "or a higher zero_optimization.stage");
   }
   CUDA_CHECK(rc);

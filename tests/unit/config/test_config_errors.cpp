@@ -33,10 +33,11 @@ TEST_CASE("unknown keys name the path and suggest the closest valid key") {
   p = tiny_problems("parallelism: {pipeline: {schedul: gpipe}}\n");
   CHECK(has_problem(p, "parallelism.pipeline.schedul: unknown key; did you mean schedule?"));
 
-  // DeepSpeed sections strata does not implement say so.
-  p = tiny_problems("flops_profiler: {enabled: true}\n");
+  // A DeepSpeed key strata refuses says why, never "unknown key".
+  p = tiny_problems("sparse_attention: {mode: fixed}\n");
   REQUIRE(p.size() == 1);
-  CHECK(p[0] == "flops_profiler: a DeepSpeed setting strata does not implement; remove it");
+  CHECK(p[0] == "sparse_attention: strata's attention is dense; sparse attention would train another model. "
+                "Remove the section");
 }
 
 TEST_CASE("wrong types are reported with the expected type and the value found") {
@@ -69,12 +70,26 @@ TEST_CASE("wrong types are reported with the expected type and the value found")
         std::vector<std::string>{"gradient_clipping: expected a number, got '.inf'"});
 }
 
-TEST_CASE("HuggingFace 'auto' values are explained") {
-  const auto p = tiny_problems("train_batch_size: auto\noptimizer: {params: {lr: auto, betas: auto}}\n");
-  REQUIRE(p.size() == 3);
-  CHECK(p[0] == "train_batch_size: 'auto' is resolved by the HuggingFace Trainer; strata needs an integer");
-  CHECK(p[1] == "optimizer.params.lr: 'auto' is resolved by the HuggingFace Trainer; strata needs a number");
-  CHECK(has_problem(p, "optimizer.params.betas: 'auto' is resolved by the HuggingFace Trainer"));
+TEST_CASE("'auto' that no strata key determines is refused with what would determine it") {
+  const auto p = tiny_problems("optimizer: {params: {lr: auto, betas: auto}}\n");
+  REQUIRE(p.size() == 2);
+  CHECK(p[0] == "optimizer.params.betas: 'auto' is filled in by the HuggingFace Trainer from its argument "
+                "adam_beta1 and adam_beta2, and no strata key determines it; strata needs a list of two numbers "
+                "like [0.9, 0.999]");
+  CHECK(p[1] == "optimizer.params.lr: 'auto' follows from scheduler.params.warmup_max_lr (with scheduler.type "
+                "WarmupLR or WarmupDecayLR), which this config does not give; strata needs a number");
+  // A batch key is 'auto' where the others determine it; here nothing does.
+  const auto batch = problems("train_micro_batch_size_per_gpu: auto\nmodel: {n_layer: 2, n_head: 2, d_model: 64}\n");
+  REQUIRE(batch.size() == 1);
+  CHECK(batch[0] == "train_batch_size: set train_batch_size or train_micro_batch_size_per_gpu "
+                    "(train_micro_batch_size_per_gpu is 'auto', which strata fills in from the other batch keys and "
+                    "the data-parallel size only where they determine it)");
+  CHECK(tiny_problems("fp16: {enabled: auto}\n") ==
+        std::vector<std::string>{"fp16.enabled: 'auto' is filled in by the HuggingFace Trainer from its argument fp16 "
+                                 "(or fp16_full_eval), and no strata key determines it; strata needs true or false"});
+  CHECK(tiny_problems("train: {iters: auto}\n") ==
+        std::vector<std::string>{"train.iters: 'auto' is not a value strata can fill in for this key; strata needs "
+                                 "an integer"});
 }
 
 TEST_CASE("out-of-range values name the allowed range") {
@@ -230,17 +245,9 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                                           "to cpu is not supported yet"},
       {"zero_optimization.offload_param.device=nvme", "zero_optimization.offload_param.device: offloading to nvme "
                                                        "is not supported yet"},
-      {"activation_checkpointing.partition_activations=true", "activation_checkpointing.partition_activations: "
-                                                              "true is not supported yet"},
-      {"activation_checkpointing.cpu_checkpointing=true", "activation_checkpointing.cpu_checkpointing: true is "
-                                                          "not supported yet"},
-      {"activation_checkpointing.contiguous_memory_optimization=true",
-       "activation_checkpointing.contiguous_memory_optimization: true is not supported yet"},
-      {"activation_checkpointing.synchronize_checkpoint_boundary=true",
-       "activation_checkpointing.synchronize_checkpoint_boundary: true is not supported yet"},
-      {"activation_checkpointing.profile=true", "activation_checkpointing.profile: true is not supported yet"},
-      {"activation_checkpointing.number_checkpoints=4", "activation_checkpointing.number_checkpoints: is not "
-                                                        "supported yet"},
+      {"activation_checkpointing.cpu_checkpointing=true", "activation_checkpointing.cpu_checkpointing: true "
+                                                          "(checkpointed activations in host memory) is not "
+                                                          "supported yet"},
   };
   for (const auto& c : cases) {
     INFO(c.first);

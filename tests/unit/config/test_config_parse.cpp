@@ -32,7 +32,7 @@ TEST_CASE("a minimal config gets the documented defaults") {
   CHECK(c.zero_optimization.offload_optimizer.device == OffloadDevice::None);
   CHECK(c.gradient_clipping == 0.0);
   CHECK(c.steps_per_print == 10);
-  CHECK_FALSE(c.activation_checkpointing.number_checkpoints.has_value());
+  CHECK_FALSE(c.activation_checkpointing.partition_activations);
   CHECK(c.parallelism.pipeline.schedule == PipeSchedule::OneFOneB);
   CHECK(c.train.iters == 1000);
   CHECK(c.train.eval_iters == 20);
@@ -67,7 +67,7 @@ zero_optimization:
 gradient_clipping: 0.5
 steps_per_print: 0
 wall_clock_breakdown: true
-activation_checkpointing: {partition_activations: false, profile: false}
+activation_checkpointing: {partition_activations: false, cpu_checkpointing: false}
 model: {n_layer: 3, n_head: 4, d_model: 32, vocab_size: 300, seq_len: 16, recompute: full}
 parallelism:
   tensor_model_parallel_size: 1
@@ -301,7 +301,7 @@ comm: {backend: mpi}
   CHECK(again.derived.n_params == original.derived.n_params);
   // Every key is written out, including defaults the input never mentioned.
   CHECK(text.find("stage3_param_persistence_threshold: 0") != std::string::npos);
-  CHECK(text.find("number_checkpoints: null") != std::string::npos);
+  CHECK(text.find("cpu_checkpointing: false") != std::string::npos);
   CHECK(text.find("derived") == std::string::npos);
 }
 

@@ -1,69 +1,16 @@
 // Every range in the field table is enforced: for each bounded key, a value just outside the
 // bound is reported under that key and the bound's own edge is accepted. A bound written in the
 // table but not checked (or checked against the wrong edge) fails here.
-#include <cmath>
 #include <string>
-#include <type_traits>
 
 #include <fmt/format.h>
 
-#include "config/config_fields.h"
 #include "config_test_util.h"
+#include "field_collector.h"
 
 namespace {
 
 using strata::config_detail::Bound;
-
-struct BoundedKey {
-  std::string path;
-  Bound bound;
-  bool whole = false;  // an integer member: out-of-range values are whole numbers too
-};
-
-// Collects the table's bounded keys with their paths.
-class BoundCollector {
- public:
-  explicit BoundCollector(std::vector<BoundedKey>& out, std::string prefix = "") : out_(out), prefix_(prefix) {}
-  template <typename T>
-  void value(const char* name, const T& v, Bound bound = {}) {
-    add(name, v, bound);
-  }
-  template <typename T>
-  void nullable(const char* name, const T& v, Bound bound = {}) {
-    add(name, v, bound);
-  }
-  template <typename T>
-  void count(const char* name, const T& v, Bound bound = {}) {
-    add(name, v, bound);
-  }
-  template <typename E, typename N>
-  void choice(const char*, const E&, const N&) {}
-  template <typename E, typename N>
-  void choice_any_case(const char*, const E&, const N&) {}
-  template <typename Fn>
-  void section(const char* name, Fn&& fields) {
-    BoundCollector sub(out_, prefix_ + name + ".");
-    fields(sub);
-  }
-  void scheduler(const strata::SchedulerConfig&) {}
-  void pipeline_partition(const strata::PipelineConfig&) {}
-
- private:
-  template <typename T>
-  static constexpr bool whole(const std::optional<T>*) {
-    return std::is_integral_v<T>;
-  }
-  template <typename T>
-  static constexpr bool whole(const T*) {
-    return std::is_integral_v<T>;
-  }
-  template <typename T>
-  void add(const char* name, const T& v, Bound bound) {
-    if (bound.kind != Bound::Kind::Any) out_.push_back({prefix_ + name, bound, whole(&v)});
-  }
-  std::vector<BoundedKey>& out_;
-  std::string prefix_;
-};
 
 std::string text(double value, bool whole) {
   return whole ? fmt::format("{}", static_cast<int64_t>(value)) : fmt::format("{}", value);
@@ -79,12 +26,12 @@ bool has_range_problem(const std::vector<std::string>& problems, const std::stri
 }  // namespace
 
 TEST_CASE("config ranges: every bound of the field table is enforced at its edge") {
-  std::vector<BoundedKey> keys;
-  BoundCollector collector(keys);
-  strata::Config defaults;
-  strata::config_detail::config_fields(collector, defaults);
+  std::vector<strata_test::FieldKey> keys;
+  for (const auto& key : strata_test::field_keys()) {
+    if (key.bound.kind != Bound::Kind::Any) keys.push_back(key);
+  }
   REQUIRE(keys.size() >= 30);
-  for (const BoundedKey& key : keys) {
+  for (const strata_test::FieldKey& key : keys) {
     const double step = key.whole ? 1 : 0.5;
     std::vector<std::pair<double, bool>> cases;  // value, reported
     switch (key.bound.kind) {

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# DeepSpeed configs as they are. Configs written here with the keys and values of the ones
+# DeepSpeed's example repositories publish for GPT training (Megatron-LM ZeRO-2, Megatron-DeepSpeed
+# ZeRO-1 fp16 and bf16 with fp32 gradient accumulation, an autotuning config with an 'auto'
+# micro-batch, ZeRO-Infinity) pass `strata config` at 16 ranks for GPT-2 124M, list each key with
+# its treatment, and train 5 steps of a tiny model on 2 ranks with the notes logged; offloading
+# is refused with its reason, and no DeepSpeed key is ever called unknown. The README's table is
+# the one `strata config --deepspeed-keys` prints.
+source "$(dirname "$0")/../lib/common.sh"
+make_text_data "$WORK/data"
+
+# The README's table is the binary's.
+run_expect 0 "$STRATA" config --deepspeed-keys
+sed -n '/<!-- deepspeed-keys:begin -->/,/<!-- deepspeed-keys:end -->/p' "$SRC/README.md" | sed '1d;$d' \
+  > "$WORK/readme_table.md"
+diff <(printf '%s\n' "$OUT") "$WORK/readme_table.md" >/dev/null ||
+  fail "README's DeepSpeed key table differs from strata config --deepspeed-keys (regenerate it)"
+
+cat > "$WORK/megatron_zero2.json" <<'JSON'
+{
+  "train_batch_size": 2048,
+  "gradient_accumulation_steps": 1,
+  "steps_per_print": 1,
+  "zero_optimization": {
+    "stage": 2,
+    "allgather_partitions": true,
+    "reduce_scatter": true,
+    "allgather_bucket_size": 50000000,
+    "reduce_bucket_size": 50000000,
+    "overlap_comm": true
+  },
+  "optimizer": {
+    "type": "Adam",
+    "params": {"lr": 0.00015, "max_grad_norm": 1.0, "betas": [0.9, 0.95]}
+  },
+  "gradient_clipping": 1.0,
+  "fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
+  "activation_checkpointing": {"partition_activations": true, "contiguous_memory_optimization": false},
+  "wall_clock_breakdown": true,
+  "zero_allow_untested_optimizer": false
+}
+JSON
+cat > "$WORK/zero1_fp16.json" <<'JSON'
+{
+  "train_batch_size": 256,
+  "train_micro_batch_size_per_gpu": 8,
+  "steps_per_print": 1,
+  "zero_optimization": {"stage": 1},
+  "gradient_clipping": 1.0,
+  "prescale_gradients": false,
+  "fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 500, "hysteresis": 2, "min_loss_scale": 1,
+           "initial_scale_power": 11},
+  "wall_clock_breakdown": false
+}
+JSON
+cat > "$WORK/zero1_bf16.json" <<'JSON'
+{
+  "train_batch_size": 16,
+  "train_micro_batch_size_per_gpu": 1,
+  "steps_per_print": 1,
+  "zero_optimization": {"stage": 1},
+  "bfloat16": {"enabled": true},
+  "data_types": {"grad_accum_dtype": "fp32"},
+  "wall_clock_breakdown": false
+}
+JSON
+cat > "$WORK/autotune.json" <<'JSON'
+{
+  "train_micro_batch_size_per_gpu": "auto",
+  "fp16": {"enabled": true},
+  "autotuning": {
+    "enabled": true, "overwrite": false, "fast": true,
+    "arg_mappings": {"train_micro_batch_size_per_gpu": "--per_device_train_batch_size"}
+  }
+}
+JSON
+cat > "$WORK/infinity.json" <<'JSON'
+{
+  "train_micro_batch_size_per_gpu": 4,
+  "gradient_accumulation_steps": 1,
+  "zero_optimization": {
+    "stage": 3,
+    "stage3_max_live_parameters": 1e9,
+    "stage3_max_reuse_distance": 1e9,
+    "contiguous_gradients": true,
+    "overlap_comm": true,
+    "reduce_bucket_size": 90000000,
+    "sub_group_size": 1e8,
+    "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme_data", "buffer_count": 4,
+                          "pipeline_read": false, "pipeline_write": false, "pin_memory": true},
+    "offload_param": {"device": "nvme", "nvme_path": "/nvme_data", "max_in_cpu": 1, "pin_memory": true}
+  },
+  "gradient_clipping": 1.0,
+  "fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
+  "wall_clock_breakdown": true,
+  "zero_allow_untested_optimizer": false,
+  "aio": {"block_size": 1048576, "queue_depth": 16, "single_submit": false, "overlap_events": true,
+          "thread_count": 2}
+}
+JSON
+
+gpt2=(--world-size 16 --set model.preset=gpt2-124m)
+run_expect 0 "$STRATA" config "$WORK/megatron_zero2.json" "${gpt2[@]}"
+expect_contains "$OUT" "# zero_optimization.allgather_partitions: true accepted, changes nothing"
+expect_contains "$OUT" "# optimizer.params.max_grad_norm: 1.0 accepted, changes nothing"
+expect_contains "$OUT" "# activation_checkpointing.partition_activations: true accepted, changes nothing: at "
+expect_contains "$OUT" "train_micro_batch_size_per_gpu: 128"
+run_expect 0 "$STRATA" config "$WORK/megatron_zero2.json" "${gpt2[@]}" --explain-deepspeed
+expect_contains "$OUT" "DeepSpeed keys of this config, and what strata does with each:"
+expect_contains "$OUT" "zero_optimization.reduce_scatter = true"
+[ "$(grep -c '^  ' <<<"$OUT")" -eq 23 ] || fail "expected the config's 23 DeepSpeed keys listed"
+run_expect 0 "$STRATA" config "$WORK/zero1_fp16.json" "${gpt2[@]}"
+expect_contains "$OUT" "# prescale_gradients: false accepted, changes nothing"
+run_expect 0 "$STRATA" config "$WORK/zero1_bf16.json" "${gpt2[@]}"
+expect_contains "$OUT" "# data_types.grad_accum_dtype: fp32 accepted"
+expect_contains "$OUT" "bf16:
+  enabled: true"
+
+# 'auto' with nothing that determines it says so; with the global batch it is filled in.
+run_expect 2 "$STRATA" config "$WORK/autotune.json" "${gpt2[@]}"
+expect_contains "$OUT" "(train_micro_batch_size_per_gpu is 'auto', which strata fills in"
+run_expect 0 "$STRATA" config "$WORK/autotune.json" "${gpt2[@]}" --set train_batch_size=64
+expect_contains "$OUT" "# train_micro_batch_size_per_gpu: auto → 4 (train_batch_size 64 / (gradient_accumulation_steps 1 × data-parallel size 16))"
+expect_contains "$OUT" "# autotuning: {…} accepted, changes nothing: read only by DeepSpeed's launcher"
+
+# Offloading is refused with its reason; its settings and aio are DeepSpeed keys, not unknown ones.
+run_expect 2 "$STRATA" config "$WORK/infinity.json" "${gpt2[@]}"
+expect_contains "$OUT" "zero_optimization.offload_optimizer.device: offloading to nvme is not supported yet"
+expect_contains "$OUT" "zero_optimization.offload_param.device: offloading to nvme is not supported yet"
+! grep -q "unknown key" <<<"$OUT" || { echo "$OUT"; fail "a DeepSpeed key was reported as unknown"; }
+[ "$(grep -c '^error:   ' <<<"$OUT")" -eq 2 ] || { echo "$OUT"; fail "expected only the two offload refusals"; }
+
+# Five steps of a tiny model on 2 ranks from each loadable config (batch keys scaled to it).
+tiny=(--set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.vocab_size=256
+  --set model.seq_len=32 --set "data.train=$WORK/data/train_*.bin" --set train.iters=5)
+train() {
+  local name="$1"; shift
+  run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train --config "$WORK/$name.json" "${tiny[@]}" \
+    --set "logging.metrics_file=$WORK/$name.jsonl" "$@"
+  [ "$(train_losses "$WORK/$name.jsonl" | wc -l)" -eq 5 ] || fail "$name: expected 5 train records"
+}
+train megatron_zero2 --set train_batch_size=8
+expect_contains "$OUT" "config: zero_allow_untested_optimizer: false accepted, changes nothing"
+train zero1_fp16 --set train_batch_size=16 --set train_micro_batch_size_per_gpu=4
+expect_contains "$OUT" "config: prescale_gradients: false accepted, changes nothing"
+train zero1_bf16 --set train_batch_size=8 --set train_micro_batch_size_per_gpu=4
+expect_contains "$OUT" "precision: bf16"
+train autotune --set train_batch_size=8
+expect_contains "$OUT" "config: train_micro_batch_size_per_gpu: auto → 4"
