@@ -54,6 +54,7 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.sharding.reduce_bucket_size = z.reduce_bucket_size;
   s.sharding.adamw = adamw_from_config(cfg);
   s.gradient_clipping = cfg.gradient_clipping;
+  s.gradient_postscale = cfg.derived.grad_postscale;
   s.sharding.precision = cfg.fp16.enabled ? DType::F16 : cfg.bf16.enabled ? DType::BF16 : DType::F32;
   const Fp16Config& f = cfg.fp16;
   s.loss_scaler.static_scale = f.loss_scale;

@@ -84,8 +84,9 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
 uint64_t checkpoint_bytes_of_rank(Engine& engine);
 LoopState read_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank);
 // Writes grads with HF names (wte cut to vocab_size rows) to a safetensors file, divided by
-// the loss scale they carry (fp16) so that they are the true gradients.
-void dump_gradients(const std::string& path, Gpt& model, double loss_scale);
+// `divisor` (the loss scale they carry under fp16, over the multiplier still to come after the
+// data-parallel reduction) so that they are the true gradients.
+void dump_gradients(const std::string& path, Gpt& model, double divisor);
 
 // Asked by every rank at the same points of a long collective task (before each evaluation
 // round, each sampled token); true when the ranks agreed to stop, and the task is abandoned.

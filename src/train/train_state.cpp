@@ -214,12 +214,12 @@ LoopState read_training_checkpoint(const std::string& path, const std::string& s
   }
 }
 
-void dump_gradients(const std::string& path, Gpt& model, double loss_scale) {
+void dump_gradients(const std::string& path, Gpt& model, double divisor) {
   const Tensor flat = model.grads_flat();
   std::vector<float> host(static_cast<size_t>(flat.numel()));
   model.backend().copy(flat, Tensor(host.data(), DType::F32, {flat.numel()}, Device::CPU));
-  if (loss_scale != 1.0) {
-    for (float& g : host) g = static_cast<float>(g / loss_scale);
+  if (divisor != 1.0) {  // the loss scale, and the division by DP still to come after the reduction
+    for (float& g : host) g = static_cast<float>(g / divisor);
   }
   const float* grads = host.data();
   SafetensorsWriter writer;

@@ -22,8 +22,11 @@ bool Trainer::train_step(StepMetrics& m) {
   const Timer step_timer;
   const int gas = cfg_.derived.grad_accum;
   const int seq = dims_.seq_len;
-  // Loss is the mean over every token of the global batch; each token's gradient weight:
-  const float dloss = 1.0f / static_cast<float>(static_cast<double>(cfg_.derived.global_batch) * seq);
+  // Loss is the mean over every token of the global batch; each token's gradient weight carries
+  // the division by DP that comes before the reduction (the engine applies the rest after it):
+  const Derived& d = cfg_.derived;
+  const float dloss =
+      1.0f / static_cast<float>(static_cast<double>(d.micro_batch) * d.grad_accum * seq * d.grad_predivide);
   const NextBatch next = [this] {
     MicroBatch b = loader_->next();
     return StepBatch{std::move(b.tokens), std::move(b.targets)};
@@ -35,7 +38,7 @@ bool Trainer::train_step(StepMetrics& m) {
     return false;
   }
   if (state_.step == 0 && !options_.dump_grads_path.empty() && mpi_.world_rank() == 0) {
-    dump_gradients(options_.dump_grads_path, engine_.model(), engine_.loss_scale());
+    dump_gradients(options_.dump_grads_path, engine_.model(), engine_.loss_scale() / d.grad_postscale);
     log_info("wrote the first step's gradients to {}", options_.dump_grads_path);
   }
   const double lr = schedule_.current_lr();

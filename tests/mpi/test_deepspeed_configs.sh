@@ -109,8 +109,8 @@ run_expect 0 "$STRATA" config "$WORK/megatron_zero2.json" "${gpt2[@]}" --explain
 expect_contains "$OUT" "DeepSpeed keys of this config, and what strata does with each:"
 expect_contains "$OUT" "zero_optimization.reduce_scatter = true"
 [ "$(grep -c '^  ' <<<"$OUT")" -eq 23 ] || fail "expected the config's 23 DeepSpeed keys listed"
-run_expect 0 "$STRATA" config "$WORK/zero1_fp16.json" "${gpt2[@]}"
-expect_contains "$OUT" "# prescale_gradients: false accepted, changes nothing"
+run_expect 0 "$STRATA" config "$WORK/zero1_fp16.json" "${gpt2[@]}" --explain-deepspeed
+expect_contains "$OUT" "prescale_gradients = false"
 run_expect 0 "$STRATA" config "$WORK/zero1_bf16.json" "${gpt2[@]}"
 expect_contains "$OUT" "# data_types.grad_accum_dtype: fp32 accepted"
 expect_contains "$OUT" "bf16:
@@ -142,8 +142,53 @@ train() {
 train megatron_zero2 --set train_batch_size=8
 expect_contains "$OUT" "config: zero_allow_untested_optimizer: false accepted, changes nothing"
 train zero1_fp16 --set train_batch_size=16 --set train_micro_batch_size_per_gpu=4
-expect_contains "$OUT" "config: prescale_gradients: false accepted, changes nothing"
+expect_contains "$OUT" "precision: fp16"
 train zero1_bf16 --set train_batch_size=8 --set train_micro_batch_size_per_gpu=4
 expect_contains "$OUT" "precision: bf16"
 train autotune --set train_batch_size=8
 expect_contains "$OUT" "config: train_micro_batch_size_per_gpu: auto → 4"
+
+# prescale_gradients and gradient_predivide_factor at ZeRO 0 move the division by DP before the
+# all-reduce (or split it around it): the same gradient, rounded differently. At DP 2 the division
+# by a power of two is exact, so the dumped gradients agree bit for bit; at DP 3 they differ in the
+# last bits only.
+dump() {
+  local name="$1" np="$2"; shift 2
+  write_small_config "$WORK/$name.yaml" "$WORK/data" "train: {iters: 1, seed: 4}"
+  run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np "$np" "$STRATA" train --config "$WORK/$name.yaml" \
+    --set gradient_accumulation_steps=1 --dump-grads "$WORK/$name.safetensors" "$@"
+}
+dump post2 2
+dump pre2 2 --set prescale_gradients=true
+dump split2 2 --set gradient_predivide_factor=2
+cmp -s "$WORK/post2.safetensors" "$WORK/pre2.safetensors" || fail "DP 2: prescaled gradients differ"
+cmp -s "$WORK/post2.safetensors" "$WORK/split2.safetensors" || fail "DP 2: predivided gradients differ"
+dump post3 3
+dump pre3 3 --set prescale_gradients=true
+dump split3 3 --set gradient_predivide_factor=1.5
+python3 - "$WORK" <<'PY'
+import array, json, struct, sys
+work = sys.argv[1]
+def tensors(name):
+    raw = open(f"{work}/{name}.safetensors", "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for key, meta in header.items():
+        if key == "__metadata__": continue
+        a, b = meta["data_offsets"]
+        values = array.array("f"); values.frombytes(raw[8 + n + a:8 + n + b]); out[key] = values
+    return out
+post = tensors("post3")
+for other in ("pre3", "split3"):
+    t = tensors(other)
+    differing, worst = 0, 0.0
+    for key, values in post.items():
+        scale = max(abs(v) for v in values) or 1.0
+        for x, y in zip(values, t[key]):
+            differing += x != y
+            worst = max(worst, abs(x - y) / scale)
+    assert differing > 0, f"{other}: the division moved, yet every gradient is bit-identical at DP 3"
+    assert worst < 1e-5, f"{other}: gradients differ by {worst} of a tensor's largest value"
+    print(f"{other}: {differing} values differ in their last bits (worst {worst:.2e} of the tensor's max)")
+PY
