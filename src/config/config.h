@@ -133,13 +133,17 @@ struct ZeroConfig {
   /// reduction buckets, so unset means reduce_bucket_size (resolve_config fills it in) and any
   /// other value is refused as not supported yet.
   std::optional<int64_t> allgather_bucket_size;
-  /// Stage 3: elements of parameters fetched ahead of use. strata prefetches exactly the next
-  /// layer group; setting a budget is not supported yet, so this must stay unset.
+  /// Stage 3: the most elements gathered ahead of use. strata prefetches the next layer group
+  /// when it fits (unset: whatever its size).
   std::optional<int64_t> stage3_prefetch_bucket_size;
-  /// Stage 3: parameters with fewer elements than this stay unpartitioned. strata partitions
-  /// every parameter, so the default is 0 (DeepSpeed's is 1e5) and larger values are not
-  /// supported yet.
+  /// Stage 3: a prefetch must leave at most this many elements gathered (unset: no bound).
+  std::optional<int64_t> stage3_max_live_parameters;
+  /// Stage 3: a layer group whose every parameter has at most this many elements stays whole on
+  /// every rank between optimizer steps (DeepSpeed keeps such parameters whole; its default is
+  /// 1e5, strata's 0 keeps every group partitioned).
   int64_t stage3_param_persistence_threshold = 0;
+  /// Stage 3: the groups kept whole hold at most this many elements in all (unset: no bound).
+  std::optional<int64_t> stage3_model_persistence_threshold;
   /// Where optimizer state lives.
   OffloadConfig offload_optimizer;
   /// Where stage-3 parameters live.

@@ -133,6 +133,12 @@ void describe_resolved_keys(Config& cfg) {
                                                  d.tp_size);
       continue;
     }
+    if (note.path.rfind("zero_optimization.stage3_", 0) == 0 && cfg.zero_optimization.stage != 3 &&
+        note.treatment == "implemented") {
+      note.treatment = "accepted";
+      note.detail = fmt::format("a ZeRO stage 3 setting; it changes nothing at stage {}", cfg.zero_optimization.stage);
+      continue;
+    }
     const bool scaling_key = note.path == "prescale_gradients" || note.path == "gradient_predivide_factor";
     if (scaling_key && cfg.zero_optimization.stage == 1 &&
         (cfg.prescale_gradients || cfg.gradient_predivide_factor != 1.0)) {

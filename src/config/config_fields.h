@@ -45,8 +45,10 @@ void zero_fields(V& v, S& z) {
   v.value("reduce_scatter", z.reduce_scatter);
   v.count("reduce_bucket_size", z.reduce_bucket_size, at_least(1));
   v.count("allgather_bucket_size", z.allgather_bucket_size, at_least(1));
-  v.count("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size);
+  v.count("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, at_least(0));
+  v.count("stage3_max_live_parameters", z.stage3_max_live_parameters, at_least(0));
   v.count("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, at_least(0));
+  v.count("stage3_model_persistence_threshold", z.stage3_model_persistence_threshold, at_least(0));
   v.section("offload_optimizer", [&](V& s) { offload_fields(s, z.offload_optimizer); });
   v.section("offload_param", [&](V& s) { offload_fields(s, z.offload_param); });
 }

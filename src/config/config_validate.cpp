@@ -327,13 +327,6 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
                       "buckets, so a separate all-gather bucket size is not supported yet; remove the key or "
                       "set it equal",
                       *z.allgather_bucket_size, z.reduce_bucket_size));
-  if (z.stage3_prefetch_bucket_size)
-    p.add("zero_optimization.stage3_prefetch_bucket_size",
-          "is not supported yet: strata prefetches the next layer group; remove the key");
-  if (z.stage3_param_persistence_threshold > 0)
-    p.add("zero_optimization.stage3_param_persistence_threshold",
-          fmt::format("{} is not supported yet: strata partitions every parameter at stage 3; use 0",
-                      z.stage3_param_persistence_threshold));
   if (z.offload_optimizer.device != OffloadDevice::None)
     p.add("zero_optimization.offload_optimizer.device",
           fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_optimizer.device)));

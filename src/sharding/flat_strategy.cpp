@@ -61,7 +61,7 @@ MemoryRecord estimate_sharding_memory(const ShardingSettings& settings, const st
     case 0: return Replicated::estimate(settings, size);
     case 1: return ShardedState::estimate(settings, size, /*every_micro_batch=*/false);
     case 2: return ShardedState::estimate(settings, size, /*every_micro_batch=*/true);
-    case 3: return ShardedParams::estimate(settings, size);
+    case 3: return ShardedParams::estimate(settings, size, plan_stage3(settings.stage3, specs, groups));
     default:
       throw UserError("zero_optimization.stage: " + std::to_string(settings.zero_stage) +
                       " is not a ZeRO stage (0-3)");

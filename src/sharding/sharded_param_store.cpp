@@ -1,6 +1,7 @@
 // ZeRO-3 parameter store: layer groups are all-gathered on demand (the next group of the
-// pass is prefetched into the second slot) in the working dtype, and their fp32 gradients
-// reduce-scattered into the shard accumulator as soon as backward releases them.
+// pass is prefetched into the second slot, within the bounds) in the working dtype, and their
+// fp32 gradients reduce-scattered into the shard accumulator as soon as backward releases them.
+// Groups kept whole are gathered once per optimizer step into buffers of their own.
 #include "sharding/sharded_param_store.h"
 
 #include <algorithm>
@@ -10,9 +11,10 @@ namespace strata {
 
 ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups,
                                      const FlatPartition& partition, bool overlap, double* comm_wait_seconds,
-                                     DType work_dtype)
+                                     DType work_dtype, const Stage3Bounds& bounds, const Stage3Plan& plan)
     : backend_(backend), dp_(dp), groups_(groups), units_(partition.units()), overlap_(overlap),
-      comm_wait_(comm_wait_seconds), work_dtype_(work_dtype), shard_numel_(partition.shard_numel()) {
+      comm_wait_(comm_wait_seconds), work_dtype_(work_dtype), bounds_(bounds), shard_numel_(partition.shard_numel()),
+      whole_(units_.size()) {
   if (units_.size() != groups_.size()) throw std::logic_error("ShardedParamStore: one partition unit per layer group");
   const size_t shard_bytes = static_cast<size_t>(shard_numel_) * sizeof(float);
   params_ = backend_.allocate(shard_bytes);
@@ -28,8 +30,13 @@ ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vect
   // A pipeline stage between the first and last holds no embeddings (an empty unit).
   make_pool(embed_params_, 1, std::max<int64_t>(units_[0].padded, 1), work_dtype_);
   make_pool(embed_grads_, 1, std::max<int64_t>(units_[0].padded, 1), DType::F32);
-  make_pool(layer_params_, 2, widest_layer, work_dtype_);
+  make_pool(layer_params_, plan.layer_slots, widest_layer, work_dtype_);
   make_pool(layer_grads_, 2, widest_layer, DType::F32);
+  for (size_t g = 0; g < units_.size(); ++g) {
+    if (!plan.persistent[g]) continue;
+    whole_[g].kept = true;
+    whole_[g].buffer = backend_.allocate(static_cast<size_t>(units_[g].padded) * dtype_size(work_dtype_));
+  }
 }
 
 ShardedParamStore::~ShardedParamStore() {
@@ -39,6 +46,15 @@ ShardedParamStore::~ShardedParamStore() {
       if (s.pending) s.pending->wait();
     }
   }
+  for (Whole& w : whole_) {
+    if (w.pending) w.pending->wait();
+  }
+}
+
+int64_t ShardedParamStore::persistent_param_bytes() const {
+  int64_t bytes = shard_numel_ * static_cast<int64_t>(dtype_size(work_dtype_));
+  for (const Whole& w : whole_) bytes += static_cast<int64_t>(w.buffer.bytes());
+  return bytes;
 }
 
 int64_t ShardedParamStore::workspace_bytes() const {
@@ -102,7 +118,42 @@ int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
   return next >= 0 && units_[static_cast<size_t>(next)].numel > 0 ? next : -1;
 }
 
+void* ShardedParamStore::acquire_whole(int group) {
+  Whole& w = whole_[static_cast<size_t>(group)];
+  if (!w.current) {
+    const PartitionUnit& u = units_[static_cast<size_t>(group)];
+    const Tensor source = mixed() ? piece(work_params_, work_dtype_, group) : piece(params_, DType::F32, group);
+    w.pending = dp_.all_gather_async(source, w.buffer.view(0, work_dtype_, {u.padded}));
+    w.current = true;
+  }
+  if (w.pending) timed_wait(w.pending);
+  return w.buffer.data();
+}
+
+void ShardedParamStore::prefetch(int next) {
+  if (next < 0 || kept_whole(next) || find_param_slot(next)) return;
+  const int64_t ahead = units_[static_cast<size_t>(next)].numel;
+  int64_t live = ahead;
+  for (const auto* pool : {&embed_params_, &layer_params_}) {
+    for (const Slot& s : *pool) {
+      if (s.group >= 0) live += units_[static_cast<size_t>(s.group)].numel;
+    }
+  }
+  if (ahead > bounds_.prefetch_bucket_size || live > bounds_.max_live_parameters) return;
+  for (Slot& s : is_embedding(next) ? embed_params_ : layer_params_) {
+    if (!s.in_use && s.group < 0) {
+      start_gather(s, next);
+      return;
+    }
+  }
+}
+
 void* ShardedParamStore::acquire_params(int group, Pass pass) {
+  if (kept_whole(group)) {
+    void* data = acquire_whole(group);
+    prefetch(next_in_sequence(group, pass));
+    return data;
+  }
   Slot* slot = find_param_slot(group);
   if (!slot) {
     slot = &free_slot(is_embedding(group) ? embed_params_ : layer_params_, group);
@@ -110,19 +161,12 @@ void* ShardedParamStore::acquire_params(int group, Pass pass) {
   }
   if (slot->pending) timed_wait(slot->pending);
   slot->in_use = true;
-  const int next = next_in_sequence(group, pass);
-  if (next >= 0 && !find_param_slot(next)) {
-    for (Slot& s : is_embedding(next) ? embed_params_ : layer_params_) {
-      if (!s.in_use && s.group < 0) {
-        start_gather(s, next);
-        break;
-      }
-    }
-  }
+  prefetch(next_in_sequence(group, pass));
   return slot->buffer.data();
 }
 
 void ShardedParamStore::release_params(int group, Pass) {
+  if (kept_whole(group)) return;  // stays until the parameters change
   Slot* slot = find_param_slot(group);
   if (!slot || !slot->in_use) throw std::logic_error("ShardedParamStore: release of a group not acquired");
   // Not cached: the next use gathers again, which keeps the traffic per pass fixed.
@@ -202,6 +246,9 @@ void ShardedParamStore::wait_gathers() {
       if (s.pending) timed_wait(s.pending);
     }
   }
+  for (Whole& w : whole_) {
+    if (w.pending) timed_wait(w.pending);
+  }
 }
 
 void ShardedParamStore::invalidate_params() {
@@ -212,6 +259,7 @@ void ShardedParamStore::invalidate_params() {
       s.in_use = false;
     }
   }
+  for (Whole& w : whole_) w.current = false;
 }
 
 }  // namespace strata

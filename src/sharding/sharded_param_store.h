@@ -2,7 +2,9 @@
 // and the reduce-scatter landing area are shards (one piece of every layer group); a group is
 // all-gathered into a workspace slot when the model acquires it and reduce-scattered when
 // backward releases its gradient. Under mixed precision the fp32 shard is the master copy and
-// a second, 16-bit shard is what gets gathered, so parameter traffic is halved.
+// a second, 16-bit shard is what gets gathered, so parameter traffic is halved. Groups the plan
+// keeps whole are gathered once after each optimizer step into a buffer of their own, and the
+// next group is prefetched only within the bounds.
 #pragma once
 #include <array>
 #include <vector>
@@ -11,12 +13,24 @@
 
 namespace strata {
 
+// Stage 3's plan for a layout under its bounds: the layer groups kept whole on every rank, and
+// how many slots the other layer groups need (two when some group can be prefetched while the
+// one before it is in use, else one).
+struct Stage3Plan {
+  std::vector<bool> persistent;  // per layer group
+  int64_t persistent_elements = 0;
+  int layer_slots = 2;
+};
+Stage3Plan plan_stage3(const Stage3Bounds& bounds, const std::vector<ParamSpec>& specs,
+                       const std::vector<LayerGroup>& groups);
+
 class ShardedParamStore final : public ParamStore {
  public:
   // `partition` must have one unit per layer group, in group order. `work_dtype` is the
-  // dtype the model sees (F32, BF16 or F16).
+  // dtype the model sees (F32, BF16 or F16). `plan` is plan_stage3's for these bounds.
   ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups, const FlatPartition& partition,
-                    bool overlap, double* comm_wait_seconds, DType work_dtype);
+                    bool overlap, double* comm_wait_seconds, DType work_dtype, const Stage3Bounds& bounds,
+                    const Stage3Plan& plan);
   ~ShardedParamStore() override;
 
   DType param_dtype() const override { return work_dtype_; }
@@ -43,8 +57,9 @@ class ShardedParamStore final : public ParamStore {
   // The fp32 shard the optimizer updates and checkpoints hold (the master copy when mixed).
   Tensor params() const { return params_.view(0, DType::F32, {shard_numel_}); }
   Tensor grads() const { return grads_.view(0, DType::F32, {shard_numel_}); }
-  // The working shard (the one gathered) and, when it is a separate copy, the fp32 master.
-  int64_t persistent_param_bytes() const { return shard_numel_ * static_cast<int64_t>(dtype_size(work_dtype_)); }
+  // The working shard (the one gathered) with the groups kept whole, and, when it is a separate
+  // copy, the fp32 master.
+  int64_t persistent_param_bytes() const;
   int64_t master_param_bytes() const { return mixed() ? shard_numel_ * 4 : 0; }
   int64_t workspace_bytes() const;
 
@@ -61,6 +76,10 @@ class ShardedParamStore final : public ParamStore {
   Slot* find_param_slot(int group);
   Slot& free_slot(std::vector<Slot>& pool, int group);
   void start_gather(Slot& slot, int group);
+  bool kept_whole(int group) const { return whole_[static_cast<size_t>(group)].kept; }
+  void* acquire_whole(int group);
+  // Starts gathering `next` ahead of its use when it is not there yet and the bounds allow.
+  void prefetch(int next);
   void settle_grad_slot(Slot& slot);  // waits for its reduce-scatter and accumulates it
   void timed_wait(CommHandle& handle);
   int next_in_sequence(int group, Pass pass) const;
@@ -73,6 +92,7 @@ class ShardedParamStore final : public ParamStore {
   bool overlap_;
   double* comm_wait_;
   DType work_dtype_;
+  Stage3Bounds bounds_;
   int64_t shard_numel_ = 0;
   int64_t reductions_issued_ = 0;
   Buffer params_, grads_, recv_;
@@ -80,6 +100,14 @@ class ShardedParamStore final : public ParamStore {
   // Pools: slot 0 holds the embeddings; the others, two each, hold blocks and ln_f so that
   // one group can arrive while the previous one is in use.
   std::vector<Slot> embed_params_, layer_params_, embed_grads_, layer_grads_;
+  // Per layer group: the buffer of a group kept whole, gathered again after each optimizer step.
+  struct Whole {
+    Buffer buffer;
+    bool kept = false;
+    bool current = false;  // gathered (or arriving) since the parameters last changed
+    CommHandle pending;
+  };
+  std::vector<Whole> whole_;
 };
 
 }  // namespace strata

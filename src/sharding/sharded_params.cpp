@@ -12,13 +12,50 @@ std::vector<FlatRange> group_units(const std::vector<LayerGroup>& groups) {
   return units;
 }
 
+// Whether the layer group after (or before) `group` can ever be gathered while `group` is in use.
+bool can_prefetch_after(const Stage3Bounds& b, const std::vector<LayerGroup>& groups, const Stage3Plan& plan,
+                        size_t group, size_t next) {
+  if (plan.persistent[group] || plan.persistent[next] || groups[next].numel() == 0) return false;
+  return groups[next].numel() <= b.prefetch_bucket_size &&
+         groups[group].numel() + groups[next].numel() <= b.max_live_parameters;
+}
+
 }  // namespace
+
+Stage3Plan plan_stage3(const Stage3Bounds& bounds, const std::vector<ParamSpec>& specs,
+                       const std::vector<LayerGroup>& groups) {
+  Stage3Plan plan;
+  plan.persistent.assign(groups.size(), false);
+  if (bounds.param_persistence_threshold > 0) {
+    std::vector<int64_t> largest(groups.size(), 0);
+    for (const ParamSpec& spec : specs) {
+      const size_t g = static_cast<size_t>(param_group(spec));
+      if (g < groups.size()) largest[g] = std::max(largest[g], spec.numel);
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const int64_t n = groups[g].numel();
+      if (n == 0 || largest[g] > bounds.param_persistence_threshold) continue;
+      if (plan.persistent_elements + n > bounds.model_persistence_threshold) continue;
+      plan.persistent[g] = true;
+      plan.persistent_elements += n;
+    }
+  }
+  // Layer groups (1 and up) follow one another in both passes; the embeddings have a slot of
+  // their own.
+  bool any = false;
+  for (size_t g = 1; g + 1 < groups.size() && !any; ++g) {
+    any = can_prefetch_after(bounds, groups, plan, g, g + 1) || can_prefetch_after(bounds, groups, plan, g + 1, g);
+  }
+  plan.layer_slots = any ? 2 : 1;
+  return plan;
+}
 
 ShardedParams::ShardedParams(const ShardingPlace& place, const ShardingSettings& settings)
     : backend_(*place.backend), settings_(settings) {
   partition_ = std::make_unique<FlatPartition>(group_units(*place.groups), place.dp->size(), place.dp->rank());
   store_ = std::make_unique<ShardedParamStore>(backend_, *place.dp, *place.groups, *partition_, settings.overlap_comm,
-                                               place.comm_wait_seconds, settings.precision);
+                                               place.comm_wait_seconds, settings.precision, settings.stage3,
+                                               plan_stage3(settings.stage3, *place.specs, *place.groups));
   const std::vector<OwnedRun> owned = partition_->owned_runs();
   optimizer_ =
       std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(*place.specs, owned), partition_->shard_numel());
@@ -67,15 +104,15 @@ MemoryRecord ShardedParams::memory() const {
   return m;
 }
 
-MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const LayoutSize& size) {
+MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const LayoutSize& size, const Stage3Plan& plan) {
   const int64_t w = static_cast<int64_t>(dtype_size(settings.precision)), f = sizeof(float);
   MemoryRecord m;
-  m.params = size.shard * w;
+  m.params = size.shard * w + plan.persistent_elements * w;  // the shard, and the groups kept whole
   m.grads = size.shard * f;
   m.optimizer = 2 * size.shard * f + (settings.precision != DType::F32 ? size.shard * f : 0);
   // The reduce-scatter landing area, and the gathered groups: the embeddings in one slot, the
-  // others in two, parameters and gradients each.
-  m.workspace = size.shard * f + (size.embedding_group + 2 * size.widest_group) * (w + f);
+  // others in two (one when nothing can be prefetched) for parameters, two for gradients.
+  m.workspace = size.shard * f + size.embedding_group * (w + f) + size.widest_group * (plan.layer_slots * w + 2 * f);
   return m;
 }
 

@@ -112,6 +112,20 @@ struct MemoryRecord {
 };
 
 // ---- strategies ----------------------------------------------------------------------------
+// ZeRO 3's bounds on what stays gathered, as DeepSpeed's keys give them (the maxima: no bound).
+struct Stage3Bounds {
+  // A layer group whose every parameter has at most param_persistence_threshold elements stays
+  // gathered on every rank from one optimizer step to the next (0: none does), as long as the
+  // groups kept whole hold at most model_persistence_threshold elements in all.
+  int64_t param_persistence_threshold = 0;
+  int64_t model_persistence_threshold = INT64_MAX;
+  // The next group of a pass is gathered ahead of its use only when it has at most
+  // prefetch_bucket_size elements and the gathered groups would then hold at most
+  // max_live_parameters; otherwise it is gathered when the model reaches it.
+  int64_t prefetch_bucket_size = INT64_MAX;
+  int64_t max_live_parameters = INT64_MAX;
+};
+
 struct ShardingSettings {
   // ZeRO stage: 0 replicated; 1 optimizer state sharded, the gradient reduced once per step;
   // 2 the same, the gradient reduced after every micro-batch into the shard; 3 parameters
@@ -125,6 +139,7 @@ struct ShardingSettings {
   // Pipeline parallelism: reductions run after the schedule (stages 0-1, 3) or after each
   // chunk's backward (stage 2), not from the model's gradient-ready callback.
   bool pipelined = false;
+  Stage3Bounds stage3;
 };
 
 // Where a strategy keeps its fp32 master and Adam's moments, and where its update runs, is its

@@ -164,7 +164,7 @@ class ShardedParams final : public ShardingStrategy {
   std::vector<FlatSpan> held_spans(StateKind kind) override { return saved_spans(kind); }
   std::vector<FlatSpan> gradient_spans() override;
   MemoryRecord memory() const override;
-  static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size);
+  static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size, const Stage3Plan& plan);
 
  private:
   void refresh_working(bool working_current);

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "train/train_internal.h"
 
@@ -53,6 +54,11 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.sharding.overlap_comm = z.overlap_comm.value_or(z.stage == 3);
   s.sharding.reduce_bucket_size = z.reduce_bucket_size;
   s.sharding.adamw = adamw_from_config(cfg);
+  const int64_t unbounded = std::numeric_limits<int64_t>::max();
+  s.sharding.stage3.param_persistence_threshold = z.stage3_param_persistence_threshold;
+  s.sharding.stage3.model_persistence_threshold = z.stage3_model_persistence_threshold.value_or(unbounded);
+  s.sharding.stage3.prefetch_bucket_size = z.stage3_prefetch_bucket_size.value_or(unbounded);
+  s.sharding.stage3.max_live_parameters = z.stage3_max_live_parameters.value_or(unbounded);
   s.gradient_clipping = cfg.gradient_clipping;
   s.gradient_postscale = cfg.derived.grad_postscale;
   s.sharding.precision = cfg.fp16.enabled ? DType::F16 : cfg.bf16.enabled ? DType::BF16 : DType::F32;

@@ -175,8 +175,14 @@ TEST_CASE("deepspeed keys: auto is filled in from the keys it follows from") {
                         {}, 2);
   CHECK(d.scheduler.params.warmup_max_lr == 0.02);
   CHECK(*d.train_batch_size == 4 * 3 * 2);
-  CHECK(has_problem(problems(std::string(kTinyConfig) + "zero_optimization: {stage3_param_persistence_threshold: auto}\n"),
-                    "zero_optimization.stage3_param_persistence_threshold: 640 is not supported yet"));
+  const Config e = load(std::string(kTinyConfig) + "zero_optimization: {stage: 3, stage3_param_persistence_threshold: auto, "
+                        "stage3_prefetch_bucket_size: auto}\n");
+  CHECK(e.zero_optimization.stage3_param_persistence_threshold == 640);  // 10 × 64
+  CHECK(*e.zero_optimization.stage3_prefetch_bucket_size == 3686);       // 0.9 × 64², rounded
+  // Stage-3 settings at another stage change nothing, and say so.
+  const Config f = load(std::string(kTinyConfig) + "zero_optimization: {stage: 2, stage3_max_live_parameters: 1e9}\n");
+  CHECK(note_of(f, "zero_optimization.stage3_max_live_parameters")->detail ==
+        "a ZeRO stage 3 setting; it changes nothing at stage 2");
 }
 
 TEST_CASE("deepspeed keys: bfloat16 is bf16's other name, and giving both is refused") {

@@ -237,10 +237,6 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                                  "1-2) is not supported yet"},
       {"zero_optimization.allgather_bucket_size=1e6", "zero_optimization.allgather_bucket_size: 1000000 differs "
                                                       "from reduce_bucket_size 500000000"},
-      {"zero_optimization.stage3_prefetch_bucket_size=5e7", "zero_optimization.stage3_prefetch_bucket_size: is not "
-                                                            "supported yet"},
-      {"zero_optimization.stage3_param_persistence_threshold=100000", "zero_optimization.stage3_param_persistence_"
-                                                                      "threshold: 100000 is not supported yet"},
       {"zero_optimization.offload_optimizer.device=cpu", "zero_optimization.offload_optimizer.device: offloading "
                                                           "to cpu is not supported yet"},
       {"zero_optimization.offload_param.device=nvme", "zero_optimization.offload_param.device: offloading to nvme "
