@@ -150,6 +150,16 @@ struct ZeroConfig {
   OffloadConfig offload_param;
 };
 
+// `csv_monitor`: DeepSpeed's CSV files of the training events.
+struct CsvMonitorConfig {
+  /// Write them (rank 0).
+  bool enabled = false;
+  /// Directory the job's folder goes in ("" = the working directory).
+  std::string output_path;
+  /// The job's folder, inside output_path.
+  std::string job_name = "DeepSpeedJobName";
+};
+
 // `activation_checkpointing`: the DeepSpeed switches that would change what strata does (its other
 // keys change nothing in strata and are accepted as such; model.recompute chooses recomputation).
 struct ActivationCheckpointingConfig {
@@ -337,6 +347,8 @@ struct Config {
   int64_t steps_per_print = 10;
   /// Report per-phase times (forward, backward, reduce, optimizer, wait).
   bool wall_clock_breakdown = false;
+  /// DeepSpeed's CSV monitor.
+  CsvMonitorConfig csv_monitor;
   /// DeepSpeed activation checkpointing switches.
   ActivationCheckpointingConfig activation_checkpointing;
   /// Network shape.

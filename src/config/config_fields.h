@@ -86,6 +86,11 @@ void deepspeed_fields(V& v, C& c) {
   v.value("gradient_clipping", c.gradient_clipping, at_least(0));
   v.value("steps_per_print", c.steps_per_print, at_least(0));
   v.value("wall_clock_breakdown", c.wall_clock_breakdown);
+  v.section("csv_monitor", [&](V& s) {
+    s.value("enabled", c.csv_monitor.enabled);
+    s.value("output_path", c.csv_monitor.output_path);
+    s.value("job_name", c.csv_monitor.job_name);
+  });
   v.section("activation_checkpointing", [&](V& s) {
     auto& a = c.activation_checkpointing;
     s.value("partition_activations", a.partition_activations);

@@ -1,5 +1,5 @@
-// Step metrics: the rank-0 log line and the JSONL record, throughput and FLOP figures,
-// and the process's peak memory.
+// Step metrics: the rank-0 log line, the JSONL record and DeepSpeed's CSV files, throughput and
+// FLOP figures, and the process's peak memory.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -65,6 +65,26 @@ class MetricsWriter {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
   std::string path_;
   std::string error_;
+};
+
+// DeepSpeed's csv_monitor: in DIR (output_path/job_name), one file per event, named after it
+// with '/' as '_' (Train_Samples_lr.csv), a header row "step,<last part of the name>" and one
+// "samples,value" row per optimizer step, where samples counts the sequences trained on so far.
+// The events are DeepSpeed's: train_loss (its pipeline engine's), lr, loss_scale under fp16,
+// and the elapsed_time_ms_* phases under wall_clock_breakdown. Files are appended to (a resumed
+// run continues them; the header is written to new files only). A write that fails is reported
+// once and ends the monitor, not the run.
+class CsvMonitor {
+ public:
+  CsvMonitor() = default;
+  explicit CsvMonitor(const std::string& dir);
+  void write_step(const StepMetrics& m, int64_t samples);
+  bool enabled() const { return !dir_.empty(); }
+
+ private:
+  void write_event(const std::string& name, double value, int64_t samples);
+  std::string dir_;
+  bool failed_ = false;
 };
 
 }  // namespace strata

@@ -230,6 +230,7 @@ int Trainer::run_loop() {
     if (done == 1) report_device_memory();
     m.eta_seconds = run_timer.seconds() / static_cast<double>(done) * static_cast<double>(total - state_.step);
     metrics_.write(step_record(m));
+    setup_->csv.write_step(m, state_.step * cfg_.derived.global_batch);
     const bool last = state_.step == total;
     if (cfg_.steps_per_print > 0 && (state_.step % cfg_.steps_per_print == 0 || state_.step == 1 || last)) {
       log_info("{}", format_step_line(m));

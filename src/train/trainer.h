@@ -5,6 +5,7 @@
 #pragma once
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <memory>
 #include <new>
 #include <optional>
@@ -47,12 +48,15 @@ struct RankSetup {
       GlobalSampler(*val_data, seq_len, false, 0);  // evaluation needs a sequence: say so now, not at the first eval
     }
     if (!cfg.logging.metrics_file.empty() && mpi.world_rank() == 0) metrics = MetricsWriter(cfg.logging.metrics_file);
+    if (cfg.csv_monitor.enabled && mpi.world_rank() == 0)
+      csv = CsvMonitor((std::filesystem::path(cfg.csv_monitor.output_path) / cfg.csv_monitor.job_name).string());
   }
   TrainingDevice device;
   TokenDataset train_data;
   GlobalSampler sampler;
   std::optional<TokenDataset> val_data;
   MetricsWriter metrics;
+  CsvMonitor csv;
 };
 
 // T built from args on every rank under agree_on_user_errors; running out of host memory while

@@ -192,3 +192,32 @@ for other in ("pre3", "split3"):
     assert worst < 1e-5, f"{other}: gradients differ by {worst} of a tensor's largest value"
     print(f"{other}: {differing} values differ in their last bits (worst {worst:.2e} of the tensor's max)")
 PY
+
+# csv_monitor writes DeepSpeed's CSV files (rank 0): one per event, a header, and one row per
+# optimizer step at the samples trained on so far; the values are the metrics file's. A resumed
+# run appends to them without a second header.
+csv=(--set csv_monitor.enabled=true --set "csv_monitor.output_path=$WORK/csv" --set csv_monitor.job_name=job
+  --set fp16.enabled=true --set wall_clock_breakdown=true --set "checkpoint.dir=$WORK/csv_ckpt")
+train zero1_fp16 --set train_batch_size=16 --set train_micro_batch_size_per_gpu=4 "${csv[@]}" --set train.iters=3
+train zero1_fp16 --set train_batch_size=16 --set train_micro_batch_size_per_gpu=4 "${csv[@]}"
+expect_contains "$OUT" "resumed from $WORK/csv_ckpt/step_00000003"
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import csv, os, sys
+from equivalence import records
+work = sys.argv[1]
+folder = f"{work}/csv/job"
+names = ["train_loss", "lr", "loss_scale"] + [f"elapsed_time_ms_{p}" for p in
+                                             ("forward", "backward", "backward_inner", "backward_allreduce", "step")]
+assert sorted(os.listdir(folder)) == sorted(f"Train_Samples_{n}.csv" for n in names), os.listdir(folder)
+train = {r["step"]: r for r in records(f"{work}/zero1_fp16.jsonl", "train")}
+for name in names:
+    rows = list(csv.reader(open(f"{folder}/Train_Samples_{name}.csv", newline="")))
+    assert rows[0] == ["step", name], rows[0]
+    body = rows[1:]
+    assert [int(r[0]) for r in body] == [16 * s for s in range(1, 6)], body
+    field = {"train_loss": "loss", "lr": "lr", "loss_scale": "loss_scale"}.get(name)
+    for r in body:
+        if field: assert float(r[1]) == train[int(r[0]) // 16][field], (name, r)
+        else: assert float(r[1]) >= 0, (name, r)
+print("csv_monitor:", ", ".join(sorted(os.listdir(folder))))
+PY
