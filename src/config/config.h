@@ -160,6 +160,24 @@ struct CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+// `flops_profiler`: DeepSpeed's per-module FLOPs and latency report at one step.
+struct FlopsProfilerConfig {
+  /// Print the report (rank 0).
+  bool enabled = false;
+  /// The step it profiles (1 = the first).
+  int64_t profile_step = 1;
+  /// Deepest module level listed (-1: all; the model, its blocks, their parts).
+  int module_depth = -1;
+  /// Modules listed per depth in the aggregated profile.
+  int top_modules = 1;
+  /// Also list every module.
+  bool detailed = true;
+  /// Write the report to this file instead of the log (unset or null: the log).
+  std::optional<std::string> output_file;
+  /// Forward FLOPs recomputed in backward, as a share of the forward (backward counts 2 + this).
+  double recompute_fwd_factor = 0.0;
+};
+
 // `activation_checkpointing`: the DeepSpeed switches that would change what strata does (its other
 // keys change nothing in strata and are accepted as such; model.recompute chooses recomputation).
 struct ActivationCheckpointingConfig {
@@ -349,6 +367,8 @@ struct Config {
   bool wall_clock_breakdown = false;
   /// DeepSpeed's CSV monitor.
   CsvMonitorConfig csv_monitor;
+  /// DeepSpeed's flops profiler.
+  FlopsProfilerConfig flops_profiler;
   /// DeepSpeed activation checkpointing switches.
   ActivationCheckpointingConfig activation_checkpointing;
   /// Network shape.

@@ -91,6 +91,16 @@ void deepspeed_fields(V& v, C& c) {
     s.value("output_path", c.csv_monitor.output_path);
     s.value("job_name", c.csv_monitor.job_name);
   });
+  v.section("flops_profiler", [&](V& s) {
+    auto& f = c.flops_profiler;
+    s.value("enabled", f.enabled);
+    s.value("recompute_fwd_factor", f.recompute_fwd_factor, at_least(0));
+    s.value("profile_step", f.profile_step, at_least(1));
+    s.value("module_depth", f.module_depth, at_least(-1));
+    s.value("top_modules", f.top_modules, at_least(1));
+    s.value("detailed", f.detailed);
+    s.value("output_file", f.output_file);
+  });
   v.section("activation_checkpointing", [&](V& s) {
     auto& a = c.activation_checkpointing;
     s.value("partition_activations", a.partition_activations);

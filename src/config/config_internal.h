@@ -70,6 +70,7 @@ class MapReader {
   void read(const std::string& key, int64_t& out);
   void read(const std::string& key, double& out);
   void read(const std::string& key, std::string& out);
+  void read(const std::string& key, std::optional<std::string>& out);  // null: unset
   void read(const std::string& key, std::optional<bool>& out);
   void read(const std::string& key, std::optional<int>& out);
   void read(const std::string& key, std::optional<int64_t>& out);

@@ -250,6 +250,19 @@ void MapReader::read(const std::string& key, std::string& out) {
   out = node->Scalar();
 }
 
+void MapReader::read(const std::string& key, std::optional<std::string>& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return;
+  if (node->IsNull()) {
+    out.reset();
+    return;
+  }
+  std::string v;
+  const size_t errors_before = log_->count();
+  read(key, v);
+  if (log_->count() == errors_before) out = v;
+}
+
 void MapReader::read(const std::string& key, std::optional<bool>& out) {
   const YAML::Node* node = find(key);
   if (node == nullptr || take_auto(key, *node, "true or false")) return;

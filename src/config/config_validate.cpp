@@ -299,8 +299,8 @@ void check_batch(const Config& c, int dp_size, Problems& p) {
 }
 
 void check_loop(const Config& c, Problems& p) {
-  for (const char* key : {"gradient_clipping", "steps_per_print", "activation_checkpointing", "train", "checkpoint",
-                          "logging"})
+  for (const char* key : {"gradient_clipping", "steps_per_print", "flops_profiler", "activation_checkpointing", "train",
+                          "checkpoint", "logging"})
     check_ranges(c, key, p);
   if (c.train.eval_interval > 0 && c.data.val.empty())
     p.add("train.eval_interval", "evaluation needs validation data: set data.val, or set eval_interval to 0");

@@ -428,10 +428,20 @@ const DeepSpeedKey kListed[] = {
     {"csv_monitor.job_name", kImplemented, "The job's folder, inside output_path.", "As DeepSpeed (DeepSpeedJobName)"},
     {"comms_logger", kAccepted, "Log collective calls (enabled, verbose, prof_all, prof_ops, debug).",
      "strata's wall_clock_breakdown reports reduction and wait times"},
-    {"flops_profiler", kWhenEnabled,
-     "Per-module FLOPs and latency at one step (enabled, profile_step, module_depth, top_modules, detailed, "
-     "output_file, recompute_fwd_factor).",
-     "not implemented yet; strata logs the model's FLOPs per token at start-up and TFLOP/s per step"},
+    {"flops_profiler", kImplemented, "Per-module FLOPs and latency at one step.",
+     "As DeepSpeed's report: summary, top modules per depth, every module; FLOPs from the model's shapes (2 per "
+     "parameter per token forward plus the attention scores, the MFU's count), latencies measured per phase with "
+     "the device synchronized for that step (not per module)"},
+    {"flops_profiler.enabled", kImplemented, "Profile one step.", "As DeepSpeed (rank 0 prints it)"},
+    {"flops_profiler.recompute_fwd_factor", kImplemented, "Share of the forward recomputed in backward.",
+     "As DeepSpeed: backward counts (2 + factor) forwards"},
+    {"flops_profiler.profile_step", kImplemented, "The step profiled.", "As DeepSpeed (default 1)"},
+    {"flops_profiler.module_depth", kImplemented, "Deepest module level listed (-1: all).",
+     "As DeepSpeed: 0 the model, 1 embeddings, blocks, ln_f and head, 2 the blocks' parts"},
+    {"flops_profiler.top_modules", kImplemented, "Modules listed per depth in the aggregated profile.", "As DeepSpeed"},
+    {"flops_profiler.detailed", kImplemented, "List every module.", "As DeepSpeed"},
+    {"flops_profiler.output_file", kImplemented, "Write the report to this file (null: stdout).",
+     "As DeepSpeed (null or unset: the log)"},
     // Activation checkpointing.
     {"activation_checkpointing", kImplemented, "Megatron-style activation checkpointing switches.",
      "model.recompute chooses what strata recomputes; the switches below"},

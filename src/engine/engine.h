@@ -178,6 +178,8 @@ class Engine {
   void set_loss_scaler_state(const LossScalerState& state) { loss_scaler_.set_state(state); }
 
   const EngineTimes& times() const { return times_; }
+  // Every rank of a pipeline must set the same value (the phases then end in a barrier).
+  void set_synchronize_phases(bool on) { settings_.synchronize_phases = on; }
   MemoryRecord memory() const;
 
   // Checkpoint state (parameters: the fp32 master), always in host memory: on a device

@@ -225,7 +225,10 @@ int Trainer::run_loop() {
   while (state_.step < total) {
     StepMetrics m;
     m.total_steps = total;
+    const bool profiling = cfg_.flops_profiler.enabled && state_.step + 1 == cfg_.flops_profiler.profile_step;
+    engine_.set_synchronize_phases(profiling || cfg_.wall_clock_breakdown);
     if (!train_step(m)) return stop_for_signal();
+    if (profiling) report_flops_profile(m);
     const int64_t done = state_.step - first_step;
     if (done == 1) report_device_memory();
     m.eta_seconds = run_timer.seconds() / static_cast<double>(done) * static_cast<double>(total - state_.step);

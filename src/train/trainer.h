@@ -156,6 +156,7 @@ class Trainer {
   void report_memory();
   void report_device_memory();
   void describe_devices();
+  void report_flops_profile(const StepMetrics& m);
   bool agree_to_stop();
   void reset_traffic();
   void traffic(StepMetrics& m);

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <vector>
 
+#include "train/flops_profile.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -89,6 +91,30 @@ void Trainer::report_memory() {
                   {"recompute", to_string(cfg_.model.recompute)},
                   {"n_params", cfg_.derived.n_params},
                   {"ranks", ranks}});
+}
+
+// flops_profiler: the profile step's report from rank 0, to the log or flops_profiler.output_file.
+void Trainer::report_flops_profile(const StepMetrics& m) {
+  if (mpi_.world_rank() != 0) return;
+  StepMetrics timed = m;
+  const EngineTimes& t = engine_.times();
+  timed.forward_seconds = t.forward;
+  timed.backward_seconds = t.backward;
+  timed.optimizer_seconds = t.optimizer;
+  const std::string report = flops_profile({&cfg_, &dims_, &timed});
+  const std::optional<std::string>& path = cfg_.flops_profiler.output_file;
+  if (!path || path->empty()) {
+    log_info("flops profile:\n{}", report);
+    return;
+  }
+  std::ofstream out(*path, std::ios::app);
+  out << report;
+  if (!out) {
+    log_error("flops_profiler.output_file: cannot write '{}'; the report follows here", *path);
+    log_info("flops profile:\n{}", report);
+    return;
+  }
+  log_info("flops profile of step {} written to {}", m.step, *path);
 }
 
 void Trainer::describe_devices() {

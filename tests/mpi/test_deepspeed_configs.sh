@@ -221,3 +221,11 @@ for name in names:
         else: assert float(r[1]) >= 0, (name, r)
 print("csv_monitor:", ", ".join(sorted(os.listdir(folder))))
 PY
+
+# flops_profiler prints DeepSpeed's report for its profile step (rank 0), here into output_file.
+train zero1_bf16 --set train_batch_size=8 --set train_micro_batch_size_per_gpu=2 --set flops_profiler.enabled=true \
+  --set flops_profiler.profile_step=2 --set "flops_profiler.output_file=$WORK/flops.txt"
+expect_contains "$OUT" "flops profile of step 2 written to $WORK/flops.txt"
+grep -q "^Profile Summary at step 2:" "$WORK/flops.txt" || fail "no profile summary in the output file"
+grep -q "^data parallel size: *2$" "$WORK/flops.txt" || fail "the profile's data-parallel size"
+grep -q "^  h.1: " "$WORK/flops.txt" || fail "no module h.1 in the detailed profile"

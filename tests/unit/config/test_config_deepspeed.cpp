@@ -123,14 +123,14 @@ TEST_CASE("deepspeed keys: the file's keys are listed in order with their treatm
                         "zero_allow_untested_optimizer: true\n"
                         "gradient_clipping: 1.0\n"
                         "tensorboard: {enabled: true, output_path: tb}\n"
-                        "flops_profiler: {enabled: false}\n"
+                        "progressive_layer_drop: {enabled: false}\n"
                         "zero_optimization: {stage: 1, allgather_partitions: true}\n"
                         "checkpoint: {tag_validation: Warn}\n");
   std::vector<std::string> listed;
   for (const auto& note : c.deepspeed_keys) listed.push_back(note.path + " " + note.treatment);
   CHECK(listed == std::vector<std::string>{"train_micro_batch_size_per_gpu implemented",
                                            "zero_allow_untested_optimizer accepted", "gradient_clipping implemented",
-                                           "tensorboard accepted", "flops_profiler disabled",
+                                           "tensorboard accepted", "progressive_layer_drop disabled",
                                            "zero_optimization.stage implemented",
                                            "zero_optimization.allgather_partitions accepted",
                                            "checkpoint.tag_validation accepted"});
@@ -138,7 +138,7 @@ TEST_CASE("deepspeed keys: the file's keys are listed in order with their treatm
   REQUIRE(notes.size() == 5);
   CHECK(notes[0] == "zero_allow_untested_optimizer: true accepted, changes nothing: strata's ZeRO works with its own "
                     "Adam and AdamW");
-  CHECK(notes[2] == "flops_profiler: accepted, nothing in it is enabled");
+  CHECK(notes[2] == "progressive_layer_drop: accepted, nothing in it is enabled");
   const std::string text = explain_deepspeed(c);
   CHECK(text.find("gradient_clipping = 1.0") != std::string::npos);
   CHECK(text.find("tensorboard = {…}") != std::string::npos);
