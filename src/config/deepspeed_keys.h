@@ -38,6 +38,8 @@ struct DeepSpeedKey {
 
 // Every DeepSpeed key, in the order of DeepSpeed's config documentation.
 const std::vector<DeepSpeedKey>& deepspeed_keys();
+// Its part from ZeRO on (deepspeed_feature_keys.cpp).
+const std::vector<DeepSpeedKey>& deepspeed_zero_and_feature_keys();
 // The entry of this exact dotted path, or nullptr.
 const DeepSpeedKey* find_deepspeed_key(const std::string& path);
 
