@@ -157,7 +157,9 @@ const DeepSpeedKey kListed[] = {
     // Communication.
     {"communication_data_type", kAtDefault,
      "The dtype gradients are reduced in (fp32, fp16, bf16; default: the training dtype).",
-     "strata reduces gradients in fp32 only; a lower-precision reduction is not implemented yet", "fp32"},
+     "strata reduces gradients in fp32 only (more precisely than DeepSpeed's default, the training dtype); a "
+     "lower-precision reduction is not implemented yet",
+     "fp32"},
     {"seq_parallel_communication_data_type", kAtDefault,
      "DeepSpeed-Ulysses sequence parallelism: the dtype of its all-to-all.",
      "strata's sequence parallelism is Megatron's (parallelism.sequence_parallel) and has no such all-to-all",
@@ -209,7 +211,7 @@ const DeepSpeedKey kListed[] = {
     {"data_types", kImplemented, "Dtypes of internal buffers.", "grad_accum_dtype below"},
     {"data_types.grad_accum_dtype", kAtDefault, "The dtype gradients are accumulated in (fp32, fp16, bf16).",
      "strata accumulates gradients in fp32 in every precision; a 16-bit accumulation would train differently",
-     "fp32"},
+     "fp32|float32|float|torch.float32"},
     {"data_types.param_dtype", kAtDefault, "The dtype of the parameters (overrides fp16/bf16).",
      "strata's parameter dtype is set by fp16 or bf16", "null"},
     {"data_types.buffer_dtype", kAtDefault, "The dtype of the model's buffers.",

@@ -46,14 +46,26 @@ bool as_number(const std::string& text, double& out) {
   return end == text.c_str() + text.size();
 }
 
-// The value equals `neutral`: booleans and words in any letter case, numbers by value (1e5 is
-// 100000), null or an empty value for "null".
+// The value equals `neutral` or one of its '|'-separated spellings: booleans and words in any
+// letter case, numbers by value (1e5 is 100000), null or an empty value for "null".
 bool same_value(const YAML::Node& value, const std::string& neutral) {
+  const size_t bar = neutral.find('|');
+  if (bar != std::string::npos)
+    return same_value(value, neutral.substr(0, bar)) || same_value(value, neutral.substr(bar + 1));
   if (value.IsNull()) return neutral == "null";
   if (!value.IsScalar()) return false;
   double a = 0, b = 0;
   if (as_number(value.Scalar(), a) && as_number(neutral, b)) return a == b;
   return lower(value.Scalar()) == lower(neutral);
+}
+
+// "a|b|c" as "a, b or c".
+std::string spellings(const std::string& neutral) {
+  std::string out = neutral;
+  const size_t last = out.rfind('|');
+  if (last != std::string::npos) out.replace(last, 1, " or ");
+  for (size_t bar = out.find('|'); bar != std::string::npos; bar = out.find('|')) out.replace(bar, 1, ", ");
+  return out;
 }
 
 const char* treatment_name(DsTreatment t) {
@@ -124,8 +136,8 @@ DsDecision decide_deepspeed_key(const DeepSpeedKey& key, const YAML::Node& value
     case DsTreatment::Accepted: return {DsDecision::Accepted, key.strata};
     case DsTreatment::AcceptedAtDefault:
       if (same_value(value, key.neutral))
-        return {DsDecision::Accepted, fmt::format("{} is DeepSpeed's default, which strata does", key.neutral)};
-      return {DsDecision::Refused, fmt::format("{} (only {} is accepted)", key.strata, key.neutral)};
+        return {DsDecision::Accepted, fmt::format("{} is what strata does", short_value(value))};
+      return {DsDecision::Refused, fmt::format("{} (only {} is accepted)", key.strata, spellings(key.neutral))};
     case DsTreatment::RefusedWhenEnabled:
       if (!enabled_inside(value)) return {DsDecision::Disabled, "nothing in it is enabled"};
       return {DsDecision::Refused, key.strata};
@@ -180,7 +192,7 @@ std::string deepspeed_keys_markdown() {
   for (const config_detail::DeepSpeedKey& key : config_detail::deepspeed_keys()) {
     std::string what = key.strata;
     if (key.treatment == config_detail::DsTreatment::AcceptedAtDefault)
-      what = fmt::format("{} is accepted (DeepSpeed's default); any other value is refused: {}", key.neutral, what);
+      what = fmt::format("{} is accepted; any other value is refused: {}", config_detail::spellings(key.neutral), what);
     out += fmt::format("| `{}` | {} | **{}**: {} |\n", key.path, config_detail::cell(key.meaning),
                        config_detail::treatment_name(key.treatment), config_detail::cell(what));
   }
