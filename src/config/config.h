@@ -32,6 +32,8 @@ const char* to_string(PipeSchedule v);
 const char* to_string(PipelinePartition v);
 const char* to_string(DeviceKind v);
 const char* to_string(CommBackend v);
+// communication_data_type's spellings: fp32, fp16, bf16.
+const char* comm_dtype_name(DType v);
 
 // `optimizer.params`: torch.optim.Adam(W) arguments, as in ds_config.
 struct AdamParams {
@@ -354,6 +356,9 @@ struct Config {
   Bf16Config bf16;
   /// ZeRO.
   ZeroConfig zero_optimization;
+  /// The dtype the gradients' data-parallel reductions travel in: fp32, or fp16/bf16 (half the
+  /// bytes, rounded). DeepSpeed's default is the training dtype; strata's is fp32.
+  DType communication_data_type = DType::F32;
   /// ZeRO 0: divide gradients by the data-parallel size before their reduction (DeepSpeed's
   /// default divides the sum after it). ZeRO 1 ignores it and ZeRO 2-3 refuse it, as DeepSpeed.
   bool prescale_gradients = false;

@@ -4,6 +4,8 @@
 // the run's config.
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "config/config_fields.h"
 
 namespace strata {
@@ -110,8 +112,11 @@ class FieldWriter {
     if (v) count(name, *v);
   }
   template <typename E>
-  void choice(const char* name, E v, const EnumNames<E>&) {
-    w_.key(name, to_string(v));
+  void choice(const char* name, E v, const EnumNames<E>& names) {
+    for (const auto& n : names) {
+      if (n.second == v) return w_.key(name, n.first);
+    }
+    throw std::logic_error(std::string("config_to_yaml: no spelling for the value of ") + name);
   }
   template <typename E>
   void choice_any_case(const char* name, E v, const EnumNames<E>& names) {

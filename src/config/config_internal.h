@@ -155,6 +155,7 @@ extern const EnumNames<PipeSchedule> kPipelineSchedules;
 extern const EnumNames<PipelinePartition> kPipelinePartitions;
 extern const EnumNames<DeviceKind> kDeviceKinds;
 extern const EnumNames<CommBackend> kCommBackends;
+extern const EnumNames<DType> kCommDataTypes;
 
 }  // namespace config_detail
 }  // namespace strata

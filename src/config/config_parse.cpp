@@ -30,6 +30,7 @@ const EnumNames<DeviceKind> kDeviceKinds = {
     {"auto", DeviceKind::Auto}, {"cpu", DeviceKind::Cpu}, {"cuda", DeviceKind::Cuda}};
 const EnumNames<CommBackend> kCommBackends = {
     {"auto", CommBackend::Auto}, {"nccl", CommBackend::Nccl}, {"mpi", CommBackend::Mpi}};
+const EnumNames<DType> kCommDataTypes = {{"fp32", DType::F32}, {"fp16", DType::F16}, {"bf16", DType::BF16}};
 
 std::vector<std::string> scheduler_param_names(LrScheduleType type) {
   switch (type) {
@@ -180,5 +181,6 @@ const char* to_string(PipelinePartition v) {
 }
 const char* to_string(DeviceKind v) { return config_detail::name_in(config_detail::kDeviceKinds, v); }
 const char* to_string(CommBackend v) { return config_detail::name_in(config_detail::kCommBackends, v); }
+const char* comm_dtype_name(DType v) { return config_detail::name_in(config_detail::kCommDataTypes, v); }
 
 }  // namespace strata

@@ -155,11 +155,11 @@ const DeepSpeedKey kListed[] = {
     {"scheduler.params.last_batch_iteration", kAtDefault, "The step a schedule resumes from.",
      "strata resumes the schedule at the checkpoint's step", "-1"},
     // Communication.
-    {"communication_data_type", kAtDefault,
+    {"communication_data_type", kImplemented,
      "The dtype gradients are reduced in (fp32, fp16, bf16; default: the training dtype).",
-     "strata reduces gradients in fp32 only (more precisely than DeepSpeed's default, the training dtype); a "
-     "lower-precision reduction is not implemented yet",
-     "fp32"},
+     "As DeepSpeed at every ZeRO stage: fp16 or bf16 rounds each reduction's input into a 16-bit buffer, "
+     "reduces it there (half the bytes) and widens the result into the fp32 gradient; unset is fp32 (strata's "
+     "default, where DeepSpeed's is the training dtype)"},
     {"seq_parallel_communication_data_type", kAtDefault,
      "DeepSpeed-Ulysses sequence parallelism: the dtype of its all-to-all.",
      "strata's sequence parallelism is Megatron's (parallelism.sequence_parallel) and has no such all-to-all",

@@ -75,6 +75,20 @@ FlatStrategy::FlatStrategy(const ShardingPlace& place, const ShardingSettings& s
   const int p = dp_.size();
   partition_ = std::make_unique<FlatPartition>(units, p, dp_.rank());
   store_ = std::make_unique<FlatParamStore>(backend_, specs_, round_up(partition_->numel(), p), settings.precision);
+  if (narrow_comm())
+    flat_twin_ = backend_.allocate(static_cast<size_t>(store_->capacity()) * dtype_size(settings.comm_dtype));
+}
+
+Tensor FlatStrategy::flat_twin(int64_t begin, int64_t count) const {
+  return flat_twin_.view(static_cast<size_t>(begin) * dtype_size(settings_.comm_dtype), settings_.comm_dtype, {count});
+}
+
+Tensor FlatStrategy::reduction_input(int64_t begin, int64_t count) {
+  const Tensor fp32 = f32_view(flat_grads(), begin, count, device());
+  if (!narrow_comm()) return fp32;
+  const Tensor twin = flat_twin(begin, count);
+  backend_.cast(fp32, twin);
+  return twin;
 }
 
 FlatStrategy::~FlatStrategy() {

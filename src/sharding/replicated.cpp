@@ -18,7 +18,15 @@ Replicated::Replicated(const ShardingPlace& place, const ShardingSettings& setti
 void Replicated::begin_step() { backend_.zero(store_->grads()); }
 
 CommHandle Replicated::issue(const Bucket& b) {
-  return dp_.all_reduce_async(f32_view(flat_grads(), b.range.begin, b.range.numel(), device()), ReduceOp::Sum);
+  widen_ = narrow_comm();
+  return dp_.all_reduce_async(reduction_input(b.range.begin, b.range.numel()), ReduceOp::Sum);
+}
+
+void Replicated::after_reductions() {
+  if (!widen_) return;
+  // The buckets cover the flat layout: widen it whole.
+  backend_.cast(flat_twin(0, numel()), f32_view(flat_grads(), 0, numel(), device()));
+  widen_ = false;
 }
 
 void Replicated::finish_pipeline(const std::function<void(const Tensor&)>& sum_tied) {
@@ -65,6 +73,7 @@ MemoryRecord Replicated::memory() const {
   m.params = store_->capacity() * static_cast<int64_t>(dtype_size(settings_.precision));
   m.grads = store_->capacity() * static_cast<int64_t>(sizeof(float));
   m.optimizer = static_cast<int64_t>(optimizer_->state_bytes() + master_.bytes());
+  m.workspace = twin_bytes();
   return m;
 }
 
@@ -74,6 +83,7 @@ MemoryRecord Replicated::estimate(const ShardingSettings& settings, const Layout
   m.params = size.padded * w;
   m.grads = size.padded * f;
   m.optimizer = 2 * size.n * f + (settings.precision != DType::F32 ? size.padded * f : 0);
+  m.workspace = settings.comm_dtype != DType::F32 ? size.padded * static_cast<int64_t>(dtype_size(settings.comm_dtype)) : 0;
   return m;
 }
 

@@ -11,10 +11,11 @@ namespace strata {
 
 ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups,
                                      const FlatPartition& partition, bool overlap, double* comm_wait_seconds,
-                                     DType work_dtype, const Stage3Bounds& bounds, const Stage3Plan& plan)
+                                     DType work_dtype, DType comm_dtype, const Stage3Bounds& bounds,
+                                     const Stage3Plan& plan)
     : backend_(backend), dp_(dp), groups_(groups), units_(partition.units()), overlap_(overlap),
-      comm_wait_(comm_wait_seconds), work_dtype_(work_dtype), bounds_(bounds), shard_numel_(partition.shard_numel()),
-      whole_(units_.size()) {
+      comm_wait_(comm_wait_seconds), work_dtype_(work_dtype), comm_dtype_(comm_dtype), bounds_(bounds),
+      shard_numel_(partition.shard_numel()), whole_(units_.size()) {
   if (units_.size() != groups_.size()) throw std::logic_error("ShardedParamStore: one partition unit per layer group");
   const size_t shard_bytes = static_cast<size_t>(shard_numel_) * sizeof(float);
   params_ = backend_.allocate(shard_bytes);
@@ -32,6 +33,12 @@ ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vect
   make_pool(embed_grads_, 1, std::max<int64_t>(units_[0].padded, 1), DType::F32);
   make_pool(layer_params_, plan.layer_slots, widest_layer, work_dtype_);
   make_pool(layer_grads_, 2, widest_layer, DType::F32);
+  if (comm_dtype_ != DType::F32) {
+    recv_twin_ = backend_.allocate(static_cast<size_t>(shard_numel_) * dtype_size(comm_dtype_));
+    for (auto* pool : {&embed_grads_, &layer_grads_}) {
+      for (Slot& s : *pool) s.twin = backend_.allocate(s.buffer.bytes() / sizeof(float) * dtype_size(comm_dtype_));
+    }
+  }
   for (size_t g = 0; g < units_.size(); ++g) {
     if (!plan.persistent[g]) continue;
     whole_[g].kept = true;
@@ -58,9 +65,9 @@ int64_t ShardedParamStore::persistent_param_bytes() const {
 }
 
 int64_t ShardedParamStore::workspace_bytes() const {
-  int64_t bytes = static_cast<int64_t>(recv_.bytes());
+  int64_t bytes = static_cast<int64_t>(recv_.bytes() + recv_twin_.bytes());
   for (const auto* pool : {&embed_params_, &layer_params_, &embed_grads_, &layer_grads_}) {
-    for (const Slot& s : *pool) bytes += static_cast<int64_t>(s.buffer.bytes());
+    for (const Slot& s : *pool) bytes += static_cast<int64_t>(s.buffer.bytes() + s.twin.bytes());
   }
   return bytes;
 }
@@ -178,6 +185,7 @@ void ShardedParamStore::settle_grad_slot(Slot& slot) {
   if (slot.group < 0) return;
   if (slot.pending) timed_wait(slot.pending);
   Tensor acc = piece(grads_, DType::F32, slot.group);
+  if (comm_dtype_ != DType::F32) backend_.cast(piece(recv_twin_, comm_dtype_, slot.group), piece(recv_, DType::F32, slot.group));
   backend_.add(acc, acc, piece(recv_, DType::F32, slot.group));
   slot.group = -1;
 }
@@ -218,8 +226,14 @@ void ShardedParamStore::release_grads(int group) {
       s.in_use = false;
       s.issued = ++reductions_issued_;
       const PartitionUnit& u = units_[static_cast<size_t>(group)];
-      s.pending = dp_.reduce_scatter_async(s.buffer.view(0, DType::F32, {u.padded}), piece(recv_, DType::F32, group),
-                                           ReduceOp::Sum);
+      const Tensor grads = s.buffer.view(0, DType::F32, {u.padded});
+      if (comm_dtype_ == DType::F32) {
+        s.pending = dp_.reduce_scatter_async(grads, piece(recv_, DType::F32, group), ReduceOp::Sum);
+      } else {
+        const Tensor twin = s.twin.view(0, comm_dtype_, {u.padded});
+        backend_.cast(grads, twin);
+        s.pending = dp_.reduce_scatter_async(twin, piece(recv_twin_, comm_dtype_, group), ReduceOp::Sum);
+      }
       if (!overlap_) settle_grad_slot(s);
       return;
     }

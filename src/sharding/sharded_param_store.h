@@ -27,10 +27,11 @@ Stage3Plan plan_stage3(const Stage3Bounds& bounds, const std::vector<ParamSpec>&
 class ShardedParamStore final : public ParamStore {
  public:
   // `partition` must have one unit per layer group, in group order. `work_dtype` is the
-  // dtype the model sees (F32, BF16 or F16). `plan` is plan_stage3's for these bounds.
+  // dtype the model sees (F32, BF16 or F16); `comm_dtype` the one gradients are reduce-scattered
+  // in (F32, or BF16/F16 through 16-bit twins of the slots). `plan` is plan_stage3's for `bounds`.
   ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups, const FlatPartition& partition,
-                    bool overlap, double* comm_wait_seconds, DType work_dtype, const Stage3Bounds& bounds,
-                    const Stage3Plan& plan);
+                    bool overlap, double* comm_wait_seconds, DType work_dtype, DType comm_dtype,
+                    const Stage3Bounds& bounds, const Stage3Plan& plan);
   ~ShardedParamStore() override;
 
   DType param_dtype() const override { return work_dtype_; }
@@ -70,6 +71,7 @@ class ShardedParamStore final : public ParamStore {
     bool in_use = false;
     CommHandle pending;  // gather (param slots) or reduce-scatter (grad slots) in flight
     int64_t issued = 0;  // grad slots: order of the reduce-scatter, so the oldest settles first
+    Buffer twin;         // grad slots under a 16-bit comm_dtype: the gradient as it travels
   };
   bool is_embedding(int group) const { return group == 0; }
   bool mixed() const { return work_dtype_ != DType::F32; }
@@ -92,10 +94,12 @@ class ShardedParamStore final : public ParamStore {
   bool overlap_;
   double* comm_wait_;
   DType work_dtype_;
+  DType comm_dtype_;
   Stage3Bounds bounds_;
   int64_t shard_numel_ = 0;
   int64_t reductions_issued_ = 0;
   Buffer params_, grads_, recv_;
+  Buffer recv_twin_;  // 16-bit comm_dtype: the reduce-scatter output as it travels
   Buffer work_params_;  // mixed precision: params_ rounded to work_dtype_, the gather source
   // Pools: slot 0 holds the embeddings; the others, two each, hold blocks and ln_f so that
   // one group can arrive while the previous one is in use.

@@ -54,7 +54,8 @@ ShardedParams::ShardedParams(const ShardingPlace& place, const ShardingSettings&
     : backend_(*place.backend), settings_(settings) {
   partition_ = std::make_unique<FlatPartition>(group_units(*place.groups), place.dp->size(), place.dp->rank());
   store_ = std::make_unique<ShardedParamStore>(backend_, *place.dp, *place.groups, *partition_, settings.overlap_comm,
-                                               place.comm_wait_seconds, settings.precision, settings.stage3,
+                                               place.comm_wait_seconds, settings.precision, settings.comm_dtype,
+                                               settings.stage3,
                                                plan_stage3(settings.stage3, *place.specs, *place.groups));
   const std::vector<OwnedRun> owned = partition_->owned_runs();
   optimizer_ =
@@ -113,6 +114,9 @@ MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const Lay
   // The reduce-scatter landing area, and the gathered groups: the embeddings in one slot, the
   // others in two (one when nothing can be prefetched) for parameters, two for gradients.
   m.workspace = size.shard * f + size.embedding_group * (w + f) + size.widest_group * (plan.layer_slots * w + 2 * f);
+  // A 16-bit comm_dtype: twins of the gradient slots and of the landing area.
+  const int64_t c = static_cast<int64_t>(dtype_size(settings.comm_dtype));
+  if (settings.comm_dtype != DType::F32) m.workspace += (size.shard + size.embedding_group + 2 * size.widest_group) * c;
   return m;
 }
 

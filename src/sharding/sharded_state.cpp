@@ -50,6 +50,15 @@ ShardedState::ShardedState(const ShardingPlace& place, const ShardingSettings& s
     }
   }
   optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, owned), partition_->shard_numel());
+  if (narrow_comm()) shard_twin_ = backend_.allocate(static_cast<size_t>(partition_->shard_numel()) * dtype_size(settings.comm_dtype));
+}
+
+// The reduce-scatter output of a unit: its piece of the shard accumulator's landing area (stage
+// 1: the gradient shard; 2: recv_), or of shard_twin_ under a 16-bit comm_dtype.
+Tensor ShardedState::reduction_output(const PartitionUnit& u) const {
+  if (narrow_comm()) return typed_view(shard_twin_, settings_.comm_dtype, u.shard_offset, u.piece);
+  const Buffer& out = every_micro_batch_ ? recv_ : grad_shard_;
+  return f32_view(static_cast<float*>(out.data()), u.shard_offset, u.piece, device());
 }
 
 Tensor ShardedState::shard_view(const Buffer& buffer) const {
@@ -69,14 +78,17 @@ void ShardedState::before_micro_batch() {
 
 CommHandle ShardedState::issue(const Bucket& b) {
   const PartitionUnit& u = partition_->units()[b.unit];
-  const Buffer& out = every_micro_batch_ ? recv_ : grad_shard_;
   if (every_micro_batch_) pending_ = true;
-  return dp_.reduce_scatter_async(f32_view(flat_grads(), u.begin, u.padded, device()),
-                                  f32_view(static_cast<float*>(out.data()), u.shard_offset, u.piece, device()),
-                                  ReduceOp::Sum);
+  widen_ = narrow_comm();
+  return dp_.reduce_scatter_async(reduction_input(u.begin, u.padded), reduction_output(u), ReduceOp::Sum);
 }
 
 void ShardedState::after_reductions() {
+  if (widen_) {
+    backend_.cast(typed_view(shard_twin_, settings_.comm_dtype, 0, partition_->shard_numel()),
+                  shard_view(every_micro_batch_ ? recv_ : grad_shard_));
+    widen_ = false;
+  }
   if (!pending_) return;
   const Tensor acc = shard_view(grad_shard_);
   backend_.add(acc, acc, shard_view(recv_));
@@ -99,7 +111,14 @@ void ShardedState::chunk_backward_done(const GptChunk& c) {
     const Tensor grads = f32_view(flat_grads(), u.begin, u.numel, device());
     backend_.copy(grads, Tensor(padded.data, DType::F32, {u.numel}, padded.device));
     const Tensor piece = f32_view(static_cast<float*>(recv_.data()), u.shard_offset, u.piece, device());
-    dp_.reduce_scatter(padded, piece, ReduceOp::Sum);
+    if (narrow_comm()) {
+      const Tensor twin = flat_twin(0, u.padded);
+      backend_.cast(padded, twin);
+      dp_.reduce_scatter(twin, reduction_output(u), ReduceOp::Sum);
+      backend_.cast(reduction_output(u), piece);
+    } else {
+      dp_.reduce_scatter(padded, piece, ReduceOp::Sum);
+    }
     const Tensor acc = f32_view(static_cast<float*>(grad_shard_.data()), u.shard_offset, u.piece, device());
     backend_.add(acc, acc, piece);
     backend_.zero(grads);  // the chunk's next micro-batch accumulates from zero
@@ -187,6 +206,7 @@ MemoryRecord ShardedState::memory() const {
     m.workspace += shard * f;
   }
   m.workspace += static_cast<int64_t>(chunk_scratch_.bytes());  // stage 2 under PP: one group's reduction
+  m.workspace += twin_bytes() + static_cast<int64_t>(shard_twin_.bytes());  // 16-bit comm_dtype
   return m;
 }
 
@@ -200,6 +220,9 @@ MemoryRecord ShardedState::estimate(const ShardingSettings& settings, const Layo
   m.workspace = (every ? size.padded * f + size.shard * f : size.shard * f) + size.shard * (mixed ? w : f);
   // Under a pipeline, stage 2 reduces one group at a time through a scratch of the widest.
   if (every && settings.pipelined) m.workspace += std::max(size.embedding_group, size.widest_group) * f;
+  // A 16-bit comm_dtype: the flat gradient and the shard as they travel.
+  if (settings.comm_dtype != DType::F32)
+    m.workspace += (size.padded + size.shard) * static_cast<int64_t>(dtype_size(settings.comm_dtype));
   return m;
 }
 

@@ -136,6 +136,10 @@ struct ShardingSettings {
   AdamWSettings adamw;
   // F32; BF16 or F16: the model's parameters in that dtype, the fp32 master here.
   DType precision = DType::F32;
+  // The dtype the gradients' data-parallel reductions travel in (communication_data_type): F32,
+  // or BF16/F16, when each reduction's input is rounded into a 16-bit twin buffer, reduced there
+  // (half the bytes), and widened back into the fp32 gradient once it has landed.
+  DType comm_dtype = DType::F32;
   // Pipeline parallelism: reductions run after the schedule (stages 0-1, 3) or after each
   // chunk's backward (stage 2), not from the model's gradient-ready callback.
   bool pipelined = false;

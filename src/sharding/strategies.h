@@ -52,6 +52,12 @@ class FlatStrategy : public ShardingStrategy {
   void issue_all_reductions();
   void wait_reductions();
   bool mixed() const { return settings_.precision != DType::F32; }
+  bool narrow_comm() const { return settings_.comm_dtype != DType::F32; }
+  // The reduction input [begin, begin + count) of the flat gradient: the fp32 view itself, or
+  // under a 16-bit comm_dtype that range rounded into flat_twin_ (its view returned).
+  Tensor reduction_input(int64_t begin, int64_t count);
+  Tensor flat_twin(int64_t begin, int64_t count) const;
+  int64_t twin_bytes() const { return static_cast<int64_t>(flat_twin_.bytes()); }
   Device device() const { return backend_.device(); }
   int64_t numel() const { return partition_->numel(); }
   float* flat_params() const { return store_->padded_params().f32(); }  // fp32 only
@@ -70,6 +76,7 @@ class FlatStrategy : public ShardingStrategy {
   double* comm_wait_;
   std::unique_ptr<FlatPartition> partition_;
   std::unique_ptr<FlatParamStore> store_;
+  Buffer flat_twin_;  // 16-bit comm_dtype: the flat gradient as it travels
 
  private:
   std::vector<Bucket> buckets_;
@@ -98,11 +105,13 @@ class Replicated final : public FlatStrategy {
 
  private:
   CommHandle issue(const Bucket& bucket) override;
+  void after_reductions() override;
   void refresh_working(bool working_current) override;
   Tensor master() const;
   Tensor working() const;  // mixed only
   float* state(StateKind kind) const;
   Buffer master_;  // mixed precision: the fp32 master of the flat layout
+  bool widen_ = false;  // 16-bit comm_dtype: the reduced twin is still to be widened into the gradient
 };
 
 // ZeRO 1-2: each rank owns a shard of every bucket (1) or layer group (2 under a pipeline):
@@ -132,8 +141,11 @@ class ShardedState final : public FlatStrategy {
   void after_reductions() override;
   void refresh_working(bool working_current) override;
   Tensor shard_view(const Buffer& buffer) const;
+  Tensor reduction_output(const PartitionUnit& u) const;
   bool every_micro_batch_;
   bool pending_ = false;  // stage 2: recv_ holds a micro-batch's reduction to accumulate
+  bool widen_ = false;    // 16-bit comm_dtype: shard_twin_ holds reductions still to widen
+  Buffer shard_twin_;     // 16-bit comm_dtype: the reduce-scatter output as it travels
   Buffer grad_shard_;     // stage 1: reduced gradient shard; stage 2: accumulated gradient shard
   Buffer recv_;           // stage 2: one micro-batch's reduce-scatter output
   Buffer param_shard_;    // owned fp32 parameters in shard layout (the master when mixed)

@@ -54,6 +54,7 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.sharding.overlap_comm = z.overlap_comm.value_or(z.stage == 3);
   s.sharding.reduce_bucket_size = z.reduce_bucket_size;
   s.sharding.adamw = adamw_from_config(cfg);
+  s.sharding.comm_dtype = cfg.communication_data_type;
   const int64_t unbounded = std::numeric_limits<int64_t>::max();
   s.sharding.stage3.param_persistence_threshold = z.stage3_param_persistence_threshold;
   s.sharding.stage3.model_persistence_threshold = z.stage3_model_persistence_threshold.value_or(unbounded);

@@ -252,3 +252,14 @@ TEST_CASE("deepspeed keys: prescale_gradients and gradient_predivide_factor divi
                     "gradient_predivide_factor: 8 is refused at ZeRO stage 3"));
   CHECK(problems(kTinyConfig, {"zero_optimization.stage=3", "prescale_gradients=false"}, 4).empty());
 }
+
+TEST_CASE("deepspeed keys: communication_data_type takes fp32, fp16 or bf16 in any letter case") {
+  CHECK(load(kTinyConfig).communication_data_type == DType::F32);
+  CHECK(load(kTinyConfig, {"communication_data_type=BF16"}).communication_data_type == DType::BF16);
+  const Config c = load(kTinyConfig, {"communication_data_type=fp16"});
+  CHECK(c.communication_data_type == DType::F16);
+  CHECK(config_to_yaml(c).find("communication_data_type: fp16\n") != std::string::npos);
+  CHECK(problems(kTinyConfig, {"communication_data_type=float16"}) ==
+        std::vector<std::string>{"communication_data_type: 'float16' is not supported; supported: fp32, fp16, bf16 "
+                                 "(set by --set communication_data_type)"});
+}
