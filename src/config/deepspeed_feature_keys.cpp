@@ -3,6 +3,8 @@
 // documentation; deepspeed_key_table.cpp holds those before and joins the two.
 #include "config/deepspeed_keys.h"
 
+#include <iterator>
+
 namespace strata::config_detail {
 namespace {
 
@@ -22,10 +24,7 @@ const char* const kChangesTokens =
     "changes which tokens or sequence lengths a step trains on; strata does not implement it, and ignoring it would "
     "train another run than the one asked for. Remove the section or set enabled: false";
 
-}  // namespace
-
-const std::vector<DeepSpeedKey>& deepspeed_zero_and_feature_keys() {
-  static const std::vector<DeepSpeedKey> keys = {
+const DeepSpeedKey kListed[] = {
     // ZeRO.
     {"zero_optimization", kImplemented, "ZeRO: optimizer state, gradients and parameters partitioned over DP.",
      "Stages 0-3 as DeepSpeed"},
@@ -313,7 +312,12 @@ const std::vector<DeepSpeedKey>& deepspeed_zero_and_feature_keys() {
      "strata's GPT has no experts"},
     {"expert_parallel", kWhenEnabled, "AutoEP expert parallelism for MoE models (enabled, autoep_size, ...).",
      "strata's GPT has no experts"},
-  };
+};
+
+}  // namespace
+
+const std::vector<DeepSpeedKey>& deepspeed_zero_and_feature_keys() {
+  static const std::vector<DeepSpeedKey> keys(std::begin(kListed), std::end(kListed));
   return keys;
 }
 
