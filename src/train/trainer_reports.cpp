@@ -83,7 +83,15 @@ void Trainer::report_memory() {
                      {"activations_per_layer", bytes(5)},
                      {"activations_shared", bytes(6)}});
   }
+  // The start-up check's estimate (before allocation, the stage that needs the most), beside.
+  const MemoryRecord e = estimate_rank_memory(cfg_);
   metrics_.write({{"type", "memory"},
+                  {"estimate",
+                   {{"params", e.params},
+                    {"grads", e.grads},
+                    {"optimizer", e.optimizer},
+                    {"workspace", e.workspace},
+                    {"activations", e.activations}}},
                   {"zero_stage", cfg_.zero_optimization.stage},
                   {"dp", cfg_.derived.dp_size},
                   {"tp", cfg_.derived.tp_size},

@@ -4,7 +4,8 @@
 # (the all-gathers of parameters are unchanged), the memory record's workspace grows by the
 # 16-bit twins (2 bytes per element of the flat gradient and of the shard at stages 0-2), and the
 # losses follow the fp32 run within 16-bit rounding (1e-3 relative over 4 steps) without
-# matching it bit for bit (the rounding is real).
+# matching it bit for bit (the rounding is real). Every memory record equals the start-up
+# check's estimate.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 run() {
@@ -40,6 +41,10 @@ for stage in range(4):
                 if a["comm"].get(key, 0) != want:
                     bad.append(f"ZeRO {stage} {dtype} step {a['step']}: {key} {a['comm'].get(key)} B, expected {want}")
         m, m0 = (records(p, "memory")[0]["ranks"][0] for p in (path, base))
+        est = records(path, "memory")[0]["estimate"]
+        for key, value in est.items():
+            if m[key] != value:
+                bad.append(f"ZeRO {stage} {dtype}: {key} {m[key]} B, estimated {value} B")
         psi = records(base, "memory")[0]["n_params"]
         extra = m["workspace"] - m0["workspace"]
         if stage < 3:

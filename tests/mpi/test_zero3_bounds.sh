@@ -9,7 +9,8 @@
 # - stage3_prefetch_bucket_size below every layer group (ln_f's 64 elements included), or
 #   stage3_max_live_parameters below a block with its neighbour, leaves nothing to prefetch: one
 #   slot of layer parameters instead of two in the workspace;
-# and every run's losses equal the unbounded run's bit for bit.
+# and every run's losses equal the unbounded run's bit for bit, and every memory record equals the
+# start-up check's estimate (made before allocation).
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 
@@ -34,7 +35,12 @@ work = sys.argv[1]
 C, L, gas = 32, 2, 2
 block = 12 * C * C + 13 * C          # one block's parameters (every size a multiple of 4: no padding)
 ln_f = 2 * C
-def memory(name): return records(f"{work}/{name}.jsonl", "memory")[0]["ranks"][0]
+def memory(name):
+    record = records(f"{work}/{name}.jsonl", "memory")[0]
+    mine = record["ranks"][0]
+    for key, value in record["estimate"].items():
+        assert mine[key] == value, f"{name}: {key} {mine[key]} B, estimated {value} B"
+    return mine
 def gathered(name):
     return [r["comm"]["dp.all_gather"] for r in records(f"{work}/{name}.jsonl", "train")]
 base = losses(f"{work}/unbounded.jsonl")
