@@ -3,6 +3,7 @@
 # fp32 formulas for Ψ parameters over p ranks (padding aside, ≤ 1%): params 4Ψ (ZeRO 3: 4Ψ/p),
 # grads 4Ψ (ZeRO 2-3: 4Ψ/p), Adam m + v 8Ψ (ZeRO 1-3: 8Ψ/p). Transient buffers are reported
 # apart as workspace (stage 2's full-size gradient scratch, stage 3's gathered layer groups).
+# The record's every term equals the start-up check's estimate, made before allocating.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 np=4
@@ -29,6 +30,9 @@ for stage in range(4):
             if abs(r[key] / value - 1) > 0.01:
                 bad.append(f"ZeRO {stage} rank {r['rank']}: {key} {r[key]} B, formula {value:.0f} B")
     r0 = mem["ranks"][0]
+    for key, value in mem["estimate"].items():
+        if r0[key] != value:
+            bad.append(f"ZeRO {stage}: {key} {r0[key]} B, estimated {value} B")
     print(f"ZeRO {stage}: params {r0['params']} grads {r0['grads']} optimizer {r0['optimizer']} "
           f"workspace {r0['workspace']} (Ψ = {psi})")
 if bad:
