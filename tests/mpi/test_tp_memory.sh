@@ -5,7 +5,8 @@
 # fp32 log-sum-exp per token instead), and fp32 mean and rstd kept per token for each layernorm.
 # The JSONL memory record's per-layer, shared (recompute scratch) and total activation bytes are
 # compared exactly with the formulas for recompute none / selective / full, with and without
-# sequence parallelism, at TP = 2 and 4. Per layer, with N = b·s token rows, h = d_model, a heads,
+# sequence parallelism, at TP = 2 and 4, and every term of the record equals the start-up
+# check's estimate (made before allocation). Per layer, with N = b·s token rows, h = d_model, a heads,
 # t = TP and w bytes per stored element (4 here, fp32; 2 under bf16/fp16):
 #   none, no SP:   N·(w·h·(4 + 12/t) + 16 + 4a/t)     [Korthikanti: s·b·h·(10 + 24/t + 5as/(ht))]
 #   none, SP:      N/t·(16·w·h + 16 + 4a)             [s·b·h·34/t + 5as²b/t]
@@ -74,6 +75,8 @@ for t in (2, 4):
             if got != want: bad.append(f"{name}: measured {got}, formula {want}")
             if any((x["activations"], x["activations_per_layer"]) != (got[2], got[0]) for x in mem["ranks"]):
                 bad.append(f"{name}: ranks differ: {mem['ranks']}")
+            for key, value in mem["estimate"].items():  # the start-up check's, before allocation
+                if r[key] != value: bad.append(f"{name}: {key} {r[key]} B, estimated {value} B")
     drop = per[(False, "none")] / per[(True, "none")]
     print(f"TP {t}: SP keeps 1/{drop:.2f} of the per-layer activations")
 if bad:
