@@ -103,6 +103,8 @@ class MapReader {
                    int& index);
   // True when the value is 'auto': logged as one to fill in, or as an error where strata cannot.
   bool take_auto(const std::string& key, const YAML::Node& node, const char* expected);
+  template <typename T>
+  void read_nullable(const std::string& key, std::optional<T>& out, const char* expected);
 
   std::string path_;
   ErrorLog* log_;

@@ -250,57 +250,26 @@ void MapReader::read(const std::string& key, std::string& out) {
   out = node->Scalar();
 }
 
-void MapReader::read(const std::string& key, std::optional<std::string>& out) {
+// An optional value: absent leaves `out` as it is, null unsets it, 'auto' goes to take_auto
+// (`expected` names the type for its message; empty: no 'auto' here), anything else is read as T.
+template <typename T>
+void MapReader::read_nullable(const std::string& key, std::optional<T>& out, const char* expected) {
   const YAML::Node* node = find(key);
-  if (node == nullptr) return;
+  if (node == nullptr || (*expected && take_auto(key, *node, expected))) return;
   if (node->IsNull()) {
     out.reset();
     return;
   }
-  std::string v;
+  T v{};
   const size_t errors_before = log_->count();
   read(key, v);
   if (log_->count() == errors_before) out = v;
 }
 
-void MapReader::read(const std::string& key, std::optional<bool>& out) {
-  const YAML::Node* node = find(key);
-  if (node == nullptr || take_auto(key, *node, "true or false")) return;
-  if (node->IsNull()) {
-    out.reset();
-    return;
-  }
-  bool v = false;
-  const size_t errors_before = log_->count();
-  read(key, v);
-  if (log_->count() == errors_before) out = v;
-}
-
-void MapReader::read(const std::string& key, std::optional<int>& out) {
-  const YAML::Node* node = find(key);
-  if (node == nullptr || take_auto(key, *node, "an integer")) return;
-  if (node->IsNull()) {
-    out.reset();
-    return;
-  }
-  int v = 0;
-  const size_t errors_before = log_->count();
-  read(key, v);
-  if (log_->count() == errors_before) out = v;
-}
-
-void MapReader::read(const std::string& key, std::optional<int64_t>& out) {
-  const YAML::Node* node = find(key);
-  if (node == nullptr || take_auto(key, *node, "an integer")) return;
-  if (node->IsNull()) {
-    out.reset();
-    return;
-  }
-  int64_t v = 0;
-  const size_t errors_before = log_->count();
-  read(key, v);
-  if (log_->count() == errors_before) out = v;
-}
+void MapReader::read(const std::string& key, std::optional<std::string>& out) { read_nullable(key, out, ""); }
+void MapReader::read(const std::string& key, std::optional<bool>& out) { read_nullable(key, out, "true or false"); }
+void MapReader::read(const std::string& key, std::optional<int>& out) { read_nullable(key, out, "an integer"); }
+void MapReader::read(const std::string& key, std::optional<int64_t>& out) { read_nullable(key, out, "an integer"); }
 
 void MapReader::read(const std::string& key, std::array<double, 2>& out) {
   const YAML::Node* node = find(key);
