@@ -86,8 +86,11 @@ std::optional<std::string> auto_refusal(const std::string& path, const char* exp
 
 void resolve_auto(Config& cfg, const std::vector<std::string>& autos, const YAML::Node& root, ErrorLog& log) {
   const std::optional<int> d_model = expand_preset(cfg.model).d_model;
-  const YAML::Node peak = root["scheduler"] && root["scheduler"]["params"] ? root["scheduler"]["params"]["warmup_max_lr"]
-                                                                          : YAML::Node();
+  // The scheduler's peak as the file gives it (a section of the wrong shape: the parser said so).
+  const auto child = [](const YAML::Node& node, const char* key) {
+    return node.IsDefined() && node.IsMap() ? node[key] : YAML::Node();  // a missing key: undefined
+  };
+  const YAML::Node peak = child(child(child(root, "scheduler"), "params"), "warmup_max_lr");
   for (const std::string& path : autos) {
     std::string detail;
     SchedulerParams& q = cfg.scheduler.params;

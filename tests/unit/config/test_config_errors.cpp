@@ -84,6 +84,9 @@ TEST_CASE("'auto' that no strata key determines is refused with what would deter
   CHECK(batch[0] == "train_batch_size: set train_batch_size or train_micro_batch_size_per_gpu "
                     "(train_micro_batch_size_per_gpu is 'auto', which strata fills in from the other batch keys and "
                     "the data-parallel size only where they determine it)");
+  // A scheduler of the wrong shape is reported as such, not tripped over.
+  CHECK(has_problem(tiny_problems("scheduler: 5\noptimizer: {params: {lr: auto}}\n"),
+                    "scheduler: expected a map of keys, got '5'"));
   CHECK(tiny_problems("fp16: {enabled: auto}\n") ==
         std::vector<std::string>{"fp16.enabled: 'auto' is filled in by the HuggingFace Trainer from its argument fp16 "
                                  "(or fp16_full_eval), and no strata key determines it; strata needs true or false"});
