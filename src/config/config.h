@@ -32,8 +32,6 @@ const char* to_string(PipeSchedule v);
 const char* to_string(PipelinePartition v);
 const char* to_string(DeviceKind v);
 const char* to_string(CommBackend v);
-// communication_data_type's spellings: fp32, fp16, bf16.
-const char* comm_dtype_name(DType v);
 
 // `optimizer.params`: torch.optim.Adam(W) arguments, as in ds_config.
 struct AdamParams {

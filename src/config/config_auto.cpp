@@ -2,7 +2,8 @@
 // follows from other keys (a batch key from the other two and the data-parallel size, the
 // schedule's end from train.iters, its peak from the optimizer's lr, bucket sizes from the model
 // width), refused with what would determine it where it follows only from a trainer's own
-// arguments.
+// arguments. After resolution, the notes whose wording depends on the resolved layout (the
+// values auto took, and keys that change nothing at this layout) are completed here too.
 #include <cmath>
 
 #include <fmt/format.h>
@@ -13,10 +14,8 @@ namespace strata {
 namespace config_detail {
 namespace {
 
-const char* const kBatchKeys[] = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"};
-
 bool is_batch_key(const std::string& path) {
-  for (const char* key : kBatchKeys) {
+  for (const char* key : kBatchKeyNames) {
     if (path == key) return true;
   }
   return false;

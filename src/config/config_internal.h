@@ -52,6 +52,13 @@ using EnumNames = std::vector<std::pair<std::string, E>>;
 // Closest candidate to `word` by edit distance when close enough to be a likely typo, else "".
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 std::string join(const std::vector<std::string>& items, const char* separator = ", ");
+std::string lower(std::string text);
+// A config's number: decimal or exponent text, finite, the whole text (no hex, inf or nan).
+bool parse_double(const std::string& text, double& value);
+
+// The three batch keys, in DeepSpeed's order.
+inline const char* const kBatchKeyNames[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                             "gradient_accumulation_steps"};
 
 // Reads one YAML map. Every getter marks its key as known; a missing key leaves the output
 // untouched (its default). finish() reports keys no getter asked for.

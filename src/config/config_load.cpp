@@ -109,13 +109,12 @@ Config load_config_text(const std::string& yaml_text, const std::vector<std::str
   resolve_auto(cfg, log.autos(), root, log);
 
   // A value that failed to parse kept its default; rules about it would only add noise.
-  const char* batch_keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"};
   bool batch_key_failed = false;
-  for (const char* k : batch_keys) batch_key_failed = batch_key_failed || log.covers(k);
+  for (const char* k : kBatchKeyNames) batch_key_failed = batch_key_failed || log.covers(k);
   std::vector<ConfigError> rule_errors;
   for (auto& e : check_config(cfg, world_size)) {
     bool is_batch_key = false;
-    for (const char* k : batch_keys) is_batch_key = is_batch_key || e.path == k;
+    for (const char* k : kBatchKeyNames) is_batch_key = is_batch_key || e.path == k;
     if (log.covers(e.path) || (batch_key_failed && is_batch_key)) continue;
     rule_errors.push_back(std::move(e));
   }

@@ -181,6 +181,5 @@ const char* to_string(PipelinePartition v) {
 }
 const char* to_string(DeviceKind v) { return config_detail::name_in(config_detail::kDeviceKinds, v); }
 const char* to_string(CommBackend v) { return config_detail::name_in(config_detail::kCommBackends, v); }
-const char* comm_dtype_name(DType v) { return config_detail::name_in(config_detail::kCommDataTypes, v); }
 
 }  // namespace strata

@@ -27,11 +27,6 @@ bool related_paths(const std::string& a, const std::string& b) {
   return has_prefix(a, b + ".") || has_prefix(b, a + ".");
 }
 
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
 // Optimal-string-alignment distance: a swapped pair of letters is one typo, not two.
 size_t edit_distance(const std::string& a, const std::string& b) {
   const size_t n = a.size(), m = b.size();
@@ -66,6 +61,13 @@ bool parse_int64(const std::string& text, int64_t& value) {
   return true;
 }
 
+}  // namespace
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
 bool parse_double(const std::string& text, double& value) {
   // strtod would also take hex floats and "inf"/"nan", none of which belong in a config.
   if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
@@ -78,7 +80,6 @@ bool parse_double(const std::string& text, double& value) {
   return true;
 }
 
-}  // namespace
 
 void ErrorLog::add(const std::string& path, const std::string& message) {
   std::string text = message;

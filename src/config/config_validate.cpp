@@ -278,7 +278,7 @@ void check_pipeline(const Config& c, int dp_size, Problems& p) {
 
 void check_batch(const Config& c, int dp_size, Problems& p) {
   Problems ranges;
-  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"})
+  for (const char* key : kBatchKeyNames)
     check_ranges(c, key, ranges);
   std::vector<ConfigError> found = ranges.take();
   for (const ConfigError& e : found) p.add(e.path, e.message);
@@ -288,7 +288,7 @@ void check_batch(const Config& c, int dp_size, Problems& p) {
   if (!error) return;
   std::string message = error->message;
   std::vector<std::string> autos;
-  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
+  for (const char* key : kBatchKeyNames) {
     if (batch_key_is_auto(c, key)) autos.push_back(key);
   }
   if (!autos.empty())

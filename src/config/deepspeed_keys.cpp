@@ -4,8 +4,6 @@
 #include "config/deepspeed_keys.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -14,11 +12,6 @@
 namespace strata {
 namespace config_detail {
 namespace {
-
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
 
 bool truthy(const YAML::Node& node) {
   return node.IsScalar() && lower(node.Scalar()) == "true";
@@ -39,13 +32,6 @@ bool enabled_inside(const YAML::Node& node) {
   return false;
 }
 
-bool as_number(const std::string& text, double& out) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  out = std::strtod(text.c_str(), &end);
-  return end == text.c_str() + text.size();
-}
-
 // The value equals `neutral` or one of its '|'-separated spellings: booleans and words in any
 // letter case, numbers by value (1e5 is 100000), null or an empty value for "null".
 bool same_value(const YAML::Node& value, const std::string& neutral) {
@@ -55,7 +41,7 @@ bool same_value(const YAML::Node& value, const std::string& neutral) {
   if (value.IsNull()) return neutral == "null";
   if (!value.IsScalar()) return false;
   double a = 0, b = 0;
-  if (as_number(value.Scalar(), a) && as_number(neutral, b)) return a == b;
+  if (parse_double(value.Scalar(), a) && parse_double(neutral, b)) return a == b;
   return lower(value.Scalar()) == lower(neutral);
 }
 

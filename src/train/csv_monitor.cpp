@@ -36,8 +36,10 @@ void CsvMonitor::write_event(const std::string& name, double value, int64_t samp
   std::string file = name;
   for (char& c : file) c = c == '/' || c == ' ' ? '_' : c;
   const std::string path = dir_ + "/" + file + ".csv";
+  // A file this run has not written yet may hold a header already (a resumed run): look once.
   std::error_code ec;
-  const bool fresh = !std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0;
+  const bool fresh = started_.count(path) == 0 &&
+                     (!std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(path.c_str(), "a"), &std::fclose);
   std::string text;
   if (fresh) text = "step," + name.substr(name.rfind('/') + 1) + "\r\n";  // csv.writer ends rows with \r\n
@@ -45,7 +47,9 @@ void CsvMonitor::write_event(const std::string& name, double value, int64_t samp
   if (!out || std::fwrite(text.data(), 1, text.size(), out.get()) != text.size() || std::fflush(out.get()) != 0) {
     log_error("csv_monitor: cannot write '{}': {}; no more CSV records are written", path, std::strerror(errno));
     failed_ = true;
+    return;
   }
+  started_.insert(path);
 }
 
 void CsvMonitor::write_step(const StepMetrics& m, int64_t samples) {

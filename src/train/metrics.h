@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,7 @@ class CsvMonitor {
  private:
   void write_event(const std::string& name, double value, int64_t samples);
   std::string dir_;
+  std::set<std::string> started_;  // files known to have their header (looked at once per run)
   bool failed_ = false;
 };
 
