@@ -58,12 +58,14 @@ struct Commands {
   std::vector<std::string> overrides;
   strata::InfoOptions info_options;
   strata::CommCheckOptions comm_check_options;
+  strata::AdamCheckOptions adam_check_options;
   strata::TrainOptions train_options;
   strata::EncodeOptions encode_options;
   std::string export_checkpoint, export_out;
   CLI::App* config = nullptr;
   CLI::App* info = nullptr;
   CLI::App* comm_check = nullptr;
+  CLI::App* adam_check = nullptr;
   CLI::App* train = nullptr;
   CLI::App* encode = nullptr;
   CLI::App* export_hf = nullptr;
@@ -94,6 +96,17 @@ void add_commands(CLI::App& app, Commands& c) {
       ->check(CLI::NonNegativeNumber);
   c.comm_check->add_option("--bytes", c.comm_check_options.bytes, "Size of each operation's buffer")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
+
+  // strata adam-check [--params N] [--threads T] [--rounds R]: the offloaded optimizer's host
+  // AdamW checked and timed on this node (no MPI; hidden from `strata --help` like comm-check).
+  c.adam_check = app.add_subcommand("adam-check", "Check and time the host AdamW of offloaded optimizer state");
+  c.adam_check->group("");
+  c.adam_check->add_option("--params", c.adam_check_options.params, "Parameters of the timed step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
+  c.adam_check->add_option("--threads", c.adam_check_options.threads, "Threads (default: every core)")
+      ->check(kWholeCount);
+  c.adam_check->add_option("--rounds", c.adam_check_options.rounds, "Timed steps (the best is reported)")
+      ->check(kWholeCount);
 
   // strata train --config X [--set k=v]... [--dump-grads FILE]
   c.train = app.add_subcommand("train", "Train a model as the config describes (run under mpirun)");
@@ -140,6 +153,7 @@ int run_config(const Commands& c) {
 // Runs the parsed subcommand; the MPI ones bring MPI up into `mpi` first.
 int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<strata::MpiRuntime>& mpi) {
   if (c.config->parsed()) return run_config(c);
+  if (c.adam_check->parsed()) return strata::run_adam_check(c.adam_check_options);
   if (c.encode->parsed()) {
     strata::encode_text_files(c.encode_options);
     return 0;

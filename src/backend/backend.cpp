@@ -2,6 +2,11 @@
 // conveniences, which reduce to matmul/bias_backward so a new backend only writes the ops.
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <stdexcept>
 #include <utility>
 
@@ -24,6 +29,29 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 
 Buffer::~Buffer() {
   if (data_ && release_) release_(data_);
+}
+
+Buffer allocate_pageable_host(size_t bytes) {
+  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  void* p = std::aligned_alloc(256, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return Buffer(p, bytes, Device::CPU, [](void* q) { std::free(q); });
+}
+
+AdamWFloats adamw_floats(const AdamWArgs& a) {
+  AdamWFloats f;
+  f.decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
+  f.l2 = static_cast<float>(a.weight_decay);
+  f.beta1 = static_cast<float>(a.beta1);
+  f.one_minus_beta1 = static_cast<float>(1.0 - a.beta1);
+  f.beta2 = static_cast<float>(a.beta2);
+  f.one_minus_beta2 = static_cast<float>(1.0 - a.beta2);
+  f.step_size = static_cast<float>(a.lr / a.bias_correction1);
+  f.bc2_sqrt = static_cast<float>(std::sqrt(a.bias_correction2));
+  f.eps = static_cast<float>(a.eps);
+  f.grad_scale = static_cast<float>(a.grad_scale);
+  return f;
 }
 
 Tensor Buffer::view(size_t offset, DType dtype, std::initializer_list<int64_t> dims) const {

@@ -40,6 +40,10 @@ class Buffer {
   Release release_ = nullptr;
 };
 
+// Ordinary (pageable) host memory, 256-byte aligned and zero-filled, outside every backend's
+// accounting: host state that no copy_async touches (offloaded optimizer state not pinned).
+Buffer allocate_pageable_host(size_t bytes);
+
 // One AdamW step's scalars. Bias corrections are passed in (not derived from a step count)
 // so that schedules, skipped steps and resumes stay the optimizer's business.
 struct AdamWArgs {
@@ -53,6 +57,14 @@ struct AdamWArgs {
   double grad_scale = 1.0;        // gradients are multiplied by this first (clip coefficient, 1/loss scale)
   bool decoupled = true;          // true: AdamW decay p *= 1 − lr·wd; false: L2, g += wd·p
 };
+
+// AdamWArgs' scalars rounded to fp32 once, as torch rounds its Python floats before its fp32
+// kernels: every host implementation of the step starts from these (the CUDA kernels' scalars
+// are rounded the same way, in cuda_args).
+struct AdamWFloats {
+  float decay, l2, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, bc2_sqrt, eps, grad_scale;
+};
+AdamWFloats adamw_floats(const AdamWArgs& args);
 
 // What a backend's allocator holds. allocated/peak count this process's live buffers of that
 // backend kind (all instances); device_used/device_total describe the whole device as its

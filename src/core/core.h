@@ -1,4 +1,5 @@
-// Public header of src/core: errors, checking macros, logging, timing, RNG, dtypes, tensors.
+// Public header of src/core: errors, checking macros, logging, timing, RNG, dtypes, tensors,
+// the host thread pool.
 #pragma once
 #include "core/check.h"
 #include "core/dtype.h"
@@ -7,4 +8,5 @@
 #include "core/process.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "core/timer.h"

@@ -1,8 +1,10 @@
 // Public header of src/optim: DeepSpeed-exact learning-rate schedules, the global
 // gradient-norm clip coefficient, DeepSpeed's fp16 loss scaler, and AdamW over a flat
-// parameter buffer whose ranges carry their own weight-decay flag.
+// parameter buffer whose ranges carry their own weight-decay flag, its state on the device or
+// (offloaded) in host memory with a SIMD host update.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,14 +107,56 @@ struct ParamRange {
 // Merges adjacent ranges with the same decay flag (fewer, longer optimizer calls).
 std::vector<ParamRange> merge_param_ranges(std::vector<ParamRange> ranges);
 
+// ---- AdamW over host memory (offloaded optimizer state) ------------------------------
+// The instruction sets host_adamw_update has lanes for; host_simd_best() is the widest this CPU
+// runs (checked at run time, so one binary serves every x86-64 host).
+enum class HostSimd { Scalar, Avx2, Avx512 };
+HostSimd host_simd_best();
+const char* host_simd_name(HostSimd simd);
+
+// n elements of host memory: param, exp_avg and exp_avg_sq are updated in place from grad;
+// param_copy (optional) receives the updated param rounded to copy_dtype (F32, BF16, F16) as
+// Backend::cast rounds.
+struct HostAdamWData {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  void* param_copy = nullptr;
+  DType copy_dtype = DType::F32;
+  int64_t n = 0;
+};
+// One step of Backend::adamw_update's arithmetic, bit for bit (elements are independent, so the
+// lanes and the split over `pool`'s threads change nothing), with `simd` at most
+// host_simd_best(); pool optional.
+void host_adamw_update(const HostAdamWData& data, const AdamWArgs& args, HostSimd simd, ThreadPool* pool);
+
+// Where AdamW keeps its moments when they are offloaded: host memory (page-locked when pinned),
+// updated by host_adamw_update with `simd` over `pool`.
+struct HostPlacement {
+  bool pinned = false;
+  HostSimd simd = HostSimd::Scalar;
+  ThreadPool* pool = nullptr;
+};
+
 class AdamW {
  public:
-  AdamW(Backend& backend, const AdamWSettings& settings, std::vector<ParamRange> ranges, int64_t numel);
+  // Moments on the backend's device, updated by its adamw_update; with `host`, in host memory
+  // (offloaded) and updated there.
+  AdamW(Backend& backend, const AdamWSettings& settings, std::vector<ParamRange> ranges, int64_t numel,
+        const HostPlacement* host = nullptr);
   // One update of params from grads (both flat fp32 of `numel` elements); grads are
   // multiplied by grad_scale first (the clip coefficient). params_copy (optional, laid out
   // like params, any float dtype) receives the updated parameters of every range, rounded,
   // in the same pass: the working copy of mixed precision.
   void step(Tensor params, Tensor grads, float lr, float grad_scale, Tensor params_copy = Tensor());
+  // Host placement: one step in pieces, so that copies of the next piece's gradient can overlap
+  // this piece's update. begin_pieces counts the step; then update_piece for pieces that cover
+  // [0, numel) once, each given host pointers to element `begin` of its params, grads and
+  // (optional) copy, which is rounded to copy_dtype.
+  void begin_pieces(float lr, float grad_scale);
+  void update_piece(int64_t begin, int64_t count, float* params, const float* grads, void* copy, DType copy_dtype);
+  bool on_host() const { return host_.has_value(); }
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   // The moments, fp32 on the backend's device, laid out like the parameters.
@@ -121,7 +165,10 @@ class AdamW {
   size_t state_bytes() const { return 2 * static_cast<size_t>(numel_) * sizeof(float); }
 
  private:
+  AdamWArgs args_for(float lr, float grad_scale, double weight_decay) const;
   Backend& backend_;
+  std::optional<HostPlacement> host_;
+  AdamWArgs piece_args_;  // host placement: the step begin_pieces opened
   AdamWSettings settings_;
   std::vector<ParamRange> ranges_;
   int64_t numel_;

@@ -1,6 +1,6 @@
-// Public header of src/tools: the diagnostics `strata info` and `strata comm-check`. They sit
-// above comm (they drive communicators and the rank grid) and the kernels (`info` queries the
-// GPUs), and nothing below includes them.
+// Public header of src/tools: the diagnostics `strata info`, `strata comm-check` and
+// `strata adam-check`. They sit above comm (they drive communicators and the rank grid), optim
+// (the host AdamW) and the kernels (`info` queries the GPUs), and nothing below includes them.
 #pragma once
 #include <cstdint>
 
@@ -26,5 +26,17 @@ struct CommCheckOptions {
   int64_t bytes = 1 << 20;  // size of each op's full buffer
 };
 int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options);
+
+// `strata adam-check [--params N] [--threads T] [--rounds R]`: the host AdamW of offloaded
+// optimizer state on this node: each instruction set checked bit for bit against the scalar
+// reference, then timed (parameters/s, GB/s at 28 bytes per parameter) beside the node's
+// streaming bandwidth; the last line is the figures as JSON. Returns 0, or
+// kExitDeviceFailure when a result was wrong.
+struct AdamCheckOptions {
+  int64_t params = 50000000;
+  int threads = 0;  // 0: every core
+  int rounds = 5;
+};
+int run_adam_check(const AdamCheckOptions& options);
 
 }  // namespace strata

@@ -227,35 +227,24 @@ void CpuBackend::adamw_update(Tensor param, Tensor grad, Tensor exp_avg, Tensor 
               (param_copy.defined() ? ", param_copy " + param_copy.shape_string() : std::string()));
   require(args.bias_correction1 > 0 && args.bias_correction2 > 0, "adamw_update",
           "bias corrections must be positive (1 − β^t with t ≥ 1)");
-  // torch computes these scalars in double (Python floats) and hands them to fp32 kernels.
-  const float decay = static_cast<float>(1.0 - args.lr * args.weight_decay);
-  const float l2 = static_cast<float>(args.weight_decay);
-  const float beta1 = static_cast<float>(args.beta1);
-  const float one_minus_beta1 = static_cast<float>(1.0 - args.beta1);
-  const float beta2 = static_cast<float>(args.beta2);
-  const float one_minus_beta2 = static_cast<float>(1.0 - args.beta2);
-  const float step_size = static_cast<float>(args.lr / args.bias_correction1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(args.bias_correction2));
-  const float eps = static_cast<float>(args.eps);
-  const float grad_scale = static_cast<float>(args.grad_scale);
-
+  const AdamWFloats f = adamw_floats(args);
   {  // the spans write param back when they close, before the copy below reads it
     Fp32Span p(param, Access::ReadWrite), g(grad, Access::Read);
     Fp32Span m(exp_avg, Access::ReadWrite), v(exp_avg_sq, Access::ReadWrite);
     for (int64_t i = 0; i < n; ++i) {
-      float gi = g[i] * grad_scale;
+      float gi = g[i] * f.grad_scale;
       float pi = p[i];
       if (args.decoupled) {
-        pi = pi * decay;                  // param.mul_(1 − lr·wd)
+        pi = pi * f.decay;                  // param.mul_(1 − lr·wd)
       } else {
-        gi = std::fma(pi, l2, gi);        // grad.add(param, alpha=wd)
+        gi = std::fma(pi, f.l2, gi);        // grad.add(param, alpha=wd)
       }
       // torch's CPU kernels for add_(alpha) and addcmul_ are compiled with FMA contraction,
       // so the fused forms below are what torch.optim actually computes (bit for bit).
-      const float mi = std::fma(gi, one_minus_beta1, m[i] * beta1);        // exp_avg.mul_(β1).add_(g, alpha=1 − β1)
-      const float vi = std::fma(one_minus_beta2 * gi, gi, v[i] * beta2);  // exp_avg_sq.mul_(β2).addcmul_(g, g, value=1 − β2)
-      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-      p[i] = pi + -step_size * mi / denom;  // param.addcdiv_(exp_avg, denom, value=−step_size)
+      const float mi = std::fma(gi, f.one_minus_beta1, m[i] * f.beta1);        // exp_avg.mul_(β1).add_(g, alpha=1 − β1)
+      const float vi = std::fma(f.one_minus_beta2 * gi, gi, v[i] * f.beta2);  // exp_avg_sq.mul_(β2).addcmul_(g, g, value=1 − β2)
+      const float denom = std::sqrt(vi) / f.bc2_sqrt + f.eps;
+      p[i] = pi + -f.step_size * mi / denom;  // param.addcdiv_(exp_avg, denom, value=−step_size)
       m[i] = mi;
       v[i] = vi;
     }

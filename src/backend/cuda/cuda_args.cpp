@@ -57,18 +57,19 @@ float* f32_or_null(const Tensor& t, const char* op, const char* what) {
 }
 
 AdamWScalars adamw_scalars(const AdamWArgs& args) {
-  // Same double → float roundings as CpuBackend::adamw_update (torch derives them in Python).
+  // The CPU backend's roundings (torch derives these in Python, in double).
+  const AdamWFloats f = adamw_floats(args);
   AdamWScalars s;
-  s.decay = static_cast<float>(1.0 - args.lr * args.weight_decay);
-  s.l2 = static_cast<float>(args.weight_decay);
-  s.beta1 = static_cast<float>(args.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - args.beta1);
-  s.beta2 = static_cast<float>(args.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - args.beta2);
-  s.step_size = static_cast<float>(args.lr / args.bias_correction1);
-  s.bc2_sqrt = static_cast<float>(std::sqrt(args.bias_correction2));
-  s.eps = static_cast<float>(args.eps);
-  s.grad_scale = static_cast<float>(args.grad_scale);
+  s.decay = f.decay;
+  s.l2 = f.l2;
+  s.beta1 = f.beta1;
+  s.one_minus_beta1 = f.one_minus_beta1;
+  s.beta2 = f.beta2;
+  s.one_minus_beta2 = f.one_minus_beta2;
+  s.step_size = f.step_size;
+  s.bc2_sqrt = f.bc2_sqrt;
+  s.eps = f.eps;
+  s.grad_scale = f.grad_scale;
   s.decoupled = args.decoupled;
   return s;
 }
