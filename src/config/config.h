@@ -112,6 +112,9 @@ struct OffloadConfig {
   OffloadDevice device = OffloadDevice::None;
   /// Use page-locked host memory for the offloaded tensors.
   bool pin_memory = false;
+  /// offload_optimizer only: the share of the rank's cores (the node's cores over its ranks)
+  /// the host AdamW runs on, at least one thread.
+  double cpuadam_cores_perc = 0.9;
 };
 
 // `zero_optimization`: ZeRO partitioning over the data-parallel axis.

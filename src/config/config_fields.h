@@ -49,7 +49,10 @@ void zero_fields(V& v, S& z) {
   v.count("stage3_max_live_parameters", z.stage3_max_live_parameters, at_least(0));
   v.count("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, at_least(0));
   v.count("stage3_model_persistence_threshold", z.stage3_model_persistence_threshold, at_least(0));
-  v.section("offload_optimizer", [&](V& s) { offload_fields(s, z.offload_optimizer); });
+  v.section("offload_optimizer", [&](V& s) {
+    offload_fields(s, z.offload_optimizer);
+    s.value("cpuadam_cores_perc", z.offload_optimizer.cpuadam_cores_perc, fraction());
+  });
   v.section("offload_param", [&](V& s) { offload_fields(s, z.offload_param); });
 }
 

@@ -175,6 +175,16 @@ void check_gradient_scaling(const Config& c, Problems& p) {
           fmt::format("{} is refused at ZeRO stage {}: {}; use 1", c.gradient_predivide_factor, stage, why));
 }
 
+// Offloaded optimizer state is each rank's shard of it: ZeRO stage 0 has no shard (DeepSpeed
+// offloads at stages 1-3 too).
+void check_offload(const Config& c, Problems& p) {
+  const ZeroConfig& z = c.zero_optimization;
+  if (z.offload_optimizer.device == OffloadDevice::Cpu && z.stage == 0)
+    p.add("zero_optimization.offload_optimizer.device",
+          "cpu needs ZeRO stage 1, 2 or 3 (the optimizer state offloaded is each rank's shard of it); set "
+          "zero_optimization.stage");
+}
+
 std::string preset_names() {
   std::vector<std::string> names;
   for (const auto& preset : model_presets()) names.push_back(preset.name);
@@ -327,9 +337,8 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
                       "buckets, so a separate all-gather bucket size is not supported yet; remove the key or "
                       "set it equal",
                       *z.allgather_bucket_size, z.reduce_bucket_size));
-  if (z.offload_optimizer.device != OffloadDevice::None)
-    p.add("zero_optimization.offload_optimizer.device",
-          fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_optimizer.device)));
+  if (z.offload_optimizer.device == OffloadDevice::Nvme)
+    p.add("zero_optimization.offload_optimizer.device", "offloading to nvme is not supported yet; use cpu or none");
   if (z.offload_param.device != OffloadDevice::None)
     p.add("zero_optimization.offload_param.device",
           fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_param.device)));
@@ -415,6 +424,7 @@ std::vector<ConfigError> check_config(const Config& c, int world_size) {
   check_precision(c, p);
   check_ranges(c, "zero_optimization", p);
   check_gradient_scaling(c, p);
+  check_offload(c, p);
   check_model(c, p);
   for (auto& e : grid.take()) p.add(e.path, e.message);
   check_loop(c, p);

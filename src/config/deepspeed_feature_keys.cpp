@@ -15,8 +15,11 @@ constexpr DsTreatment kWhenEnabled = DsTreatment::RefusedWhenEnabled;
 constexpr DsTreatment kRefused = DsTreatment::Refused;
 
 const char* const kOffloadOnly =
-    "used only when offloading to cpu or nvme, which strata does not do yet (an offload device other than none "
+    "used only when offloading parameters (offload_param), which strata does not do yet (a device other than none "
     "is refused); with device none it changes nothing";
+const char* const kNvmeStateOnly =
+    "used only when offloading optimizer state to nvme, which strata does not do yet (device nvme is refused); "
+    "with cpu or none it changes nothing";
 const char* const kNvmeOnly =
     "asynchronous I/O settings, used only when offloading to nvme, which strata does not do yet (an offload "
     "device other than none is refused)";
@@ -59,25 +62,27 @@ const DeepSpeedKey kListed[] = {
      "a communication pattern that changes no values"},
     {"zero_optimization.offload_optimizer", kImplemented,
      "ZeRO-Offload: optimizer state in host memory or on NVMe.",
-     "device none; cpu and nvme are refused (offloading is not implemented yet)"},
+     "device cpu at ZeRO 1-3: each rank's fp32 master and Adam moments in host memory, updated there by a SIMD "
+     "AdamW (a no-op on the CPU backend); nvme is refused (not implemented yet)"},
     {"zero_optimization.offload_optimizer.device", kImplemented, "none, cpu or nvme.",
-     "none; cpu and nvme are refused (not implemented yet)"},
+     "none or cpu; nvme is refused (not implemented yet)"},
     {"zero_optimization.offload_optimizer.pin_memory", kImplemented, "Page-locked host buffers.",
-     "Read; it matters only with offloading"},
-    {"zero_optimization.offload_optimizer.nvme_path", kAccepted, "Directory of the NVMe swap files.", kOffloadOnly},
+     "The offloaded master and moments page-locked"},
+    {"zero_optimization.offload_optimizer.nvme_path", kAccepted, "Directory of the NVMe swap files.", kNvmeStateOnly},
     {"zero_optimization.offload_optimizer.buffer_count", kAccepted, "Buffers for optimizer-state swapping.",
-     kOffloadOnly},
+     kNvmeStateOnly},
     {"zero_optimization.offload_optimizer.pipeline_read", kAccepted, "Overlap reading the next state with the step.",
-     kOffloadOnly},
+     kNvmeStateOnly},
     {"zero_optimization.offload_optimizer.pipeline_write", kAccepted, "Overlap writing state with the step.",
-     kOffloadOnly},
+     kNvmeStateOnly},
     {"zero_optimization.offload_optimizer.fast_init", kAccepted, "Fast initialisation of NVMe-offloaded state.",
-     kOffloadOnly},
+     kNvmeStateOnly},
     {"zero_optimization.offload_optimizer.ratio", kAccepted, "Fraction of the update done on the CPU.",
-     kOffloadOnly},
-    {"zero_optimization.offload_optimizer.super_offload", kAccepted, "SuperOffload for superchips.", kOffloadOnly},
-    {"zero_optimization.offload_optimizer.cpuadam_cores_perc", kAccepted, "Share of cores for the CPU Adam.",
-     kOffloadOnly},
+     "strata updates all offloaded state on the host (ratio 1); where the update runs changes no value"},
+    {"zero_optimization.offload_optimizer.super_offload", kAccepted, "SuperOffload for superchips.",
+     "a placement of the update for superchips that changes no value; strata updates offloaded state on the host"},
+    {"zero_optimization.offload_optimizer.cpuadam_cores_perc", kImplemented, "Share of cores for the CPU Adam.",
+     "The share of the rank's cores the host AdamW runs on (default 0.9, at least one thread)"},
     {"zero_optimization.offload_param", kImplemented, "ZeRO-Infinity: stage-3 parameters in host memory or on NVMe.",
      "device none; cpu and nvme are refused (offloading is not implemented yet)"},
     {"zero_optimization.offload_param.device", kImplemented, "none, cpu or nvme.",
@@ -90,13 +95,13 @@ const DeepSpeedKey kListed[] = {
     {"zero_optimization.offload_param.max_in_cpu", kAccepted, "Parameters kept in host memory with NVMe offload.",
      kOffloadOnly},
     {"zero_optimization.cpu_offload", kAtDefault, "DeepSpeed's old spelling of offload_optimizer.device: cpu.",
-     "offloading is not implemented yet", "false"},
+     "strata reads only the current spelling: use offload_optimizer: {device: cpu}", "false"},
     {"zero_optimization.cpu_offload_params", kAtDefault, "Old spelling of offload_param.device: cpu.",
      "offloading is not implemented yet", "false"},
     {"zero_optimization.cpu_offload_param", kAtDefault, "Old spelling of offload_param.device: cpu.",
      "offloading is not implemented yet", "false"},
     {"zero_optimization.cpu_offload_use_pin_memory", kAccepted, "Old spelling of offload_*.pin_memory.",
-     kOffloadOnly},
+     "used only with the old cpu_offload spellings, which strata refuses when true; changes nothing"},
     {"zero_optimization.sub_group_size", kAccepted,
      "Stage 3: parameters per optimizer sub-group (bounds the step's temporary buffers, mainly for offload).",
      "strata's update works in place on each rank's shard with no temporary buffers, so any bound is met"},

@@ -176,6 +176,7 @@ std::vector<FlatSpan> Engine::host_spans(std::vector<FlatSpan> spans, std::vecto
   staged.clear();
   if (backend_.device() == Device::CPU) return spans;
   for (FlatSpan& span : spans) {
+    if (span.on_host) continue;  // offloaded state: already host memory
     staged.push_back({span, std::vector<float>(static_cast<size_t>(span.count))});
     float* host = staged.back().host.data();
     if (download) {

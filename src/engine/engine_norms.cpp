@@ -43,12 +43,16 @@ double Engine::grad_norm_squared(const Tensor& grads) {
 
 int64_t Engine::first_nonfinite_spec(const std::vector<FlatSpan>& spans) {
   // A span's one sum of squares settles the common case; only a non-finite span is searched.
+  // Offloaded state is host memory, which the backend's ops do not read on a device.
+  auto finite = [&](const float* data, int64_t count, bool on_host) {
+    if (!on_host) return std::isfinite(backend_.sum_squares(Tensor(const_cast<float*>(data), DType::F32, {count}, device())));
+    return std::all_of(data, data + count, [](float x) { return std::isfinite(x); });
+  };
   int64_t first = -1;
   for (const FlatSpan& span : spans) {
-    if (std::isfinite(backend_.sum_squares(Tensor(span.data, DType::F32, {span.count}, device())))) continue;
+    if (finite(span.data, span.count, span.on_host)) continue;
     for (const SpecSlice& s : slices_by_spec(specs_, span.flat_begin, span.count)) {
-      const Tensor part(span.data + s.span_offset, DType::F32, {s.count}, device());
-      if (std::isfinite(backend_.sum_squares(part))) continue;
+      if (finite(span.data + s.span_offset, s.count, span.on_host)) continue;
       const int64_t index = spec_order_[static_cast<size_t>(s.spec - specs_.data())];
       if (first < 0 || index < first) first = index;
       break;

@@ -159,8 +159,8 @@ void FlatStrategy::wait_reductions() {
 }
 
 void FlatStrategy::params_loaded() {
-  // fp32: loaded straight into the model's flat parameters, which are the master: current.
-  if (mixed()) refresh_working(false);
+  // Loaded straight into the model's flat parameters when they are the master: current.
+  if (!model_holds_master()) refresh_working(false);
 }
 
 Tensor FlatStrategy::embedding_grads() const {

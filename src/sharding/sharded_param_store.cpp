@@ -12,13 +12,13 @@ namespace strata {
 ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups,
                                      const FlatPartition& partition, bool overlap, double* comm_wait_seconds,
                                      DType work_dtype, DType comm_dtype, const Stage3Bounds& bounds,
-                                     const Stage3Plan& plan)
+                                     const Stage3Plan& plan, bool master_on_host)
     : backend_(backend), dp_(dp), groups_(groups), units_(partition.units()), overlap_(overlap),
       comm_wait_(comm_wait_seconds), work_dtype_(work_dtype), comm_dtype_(comm_dtype), bounds_(bounds),
-      shard_numel_(partition.shard_numel()), whole_(units_.size()) {
+      shard_numel_(partition.shard_numel()), master_on_host_(master_on_host), whole_(units_.size()) {
   if (units_.size() != groups_.size()) throw std::logic_error("ShardedParamStore: one partition unit per layer group");
   const size_t shard_bytes = static_cast<size_t>(shard_numel_) * sizeof(float);
-  params_ = backend_.allocate(shard_bytes);
+  if (!mixed() || !master_on_host) params_ = backend_.allocate(shard_bytes);
   grads_ = backend_.allocate(shard_bytes);
   recv_ = backend_.allocate(shard_bytes);
   if (mixed()) work_params_ = backend_.allocate(static_cast<size_t>(shard_numel_) * dtype_size(work_dtype_));

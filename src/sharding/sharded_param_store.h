@@ -29,9 +29,11 @@ class ShardedParamStore final : public ParamStore {
   // `partition` must have one unit per layer group, in group order. `work_dtype` is the
   // dtype the model sees (F32, BF16 or F16); `comm_dtype` the one gradients are reduce-scattered
   // in (F32, or BF16/F16 through 16-bit twins of the slots). `plan` is plan_stage3's for `bounds`.
+  // master_on_host: the optimizer keeps the fp32 master in host memory (offloaded), so under
+  // mixed precision there is no params() here.
   ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups, const FlatPartition& partition,
                     bool overlap, double* comm_wait_seconds, DType work_dtype, DType comm_dtype,
-                    const Stage3Bounds& bounds, const Stage3Plan& plan);
+                    const Stage3Bounds& bounds, const Stage3Plan& plan, bool master_on_host = false);
   ~ShardedParamStore() override;
 
   DType param_dtype() const override { return work_dtype_; }
@@ -55,13 +57,16 @@ class ShardedParamStore final : public ParamStore {
     return mixed() ? work_params_.view(0, work_dtype_, {shard_numel_}) : Tensor();
   }
 
-  // The fp32 shard the optimizer updates and checkpoints hold (the master copy when mixed).
+  // The fp32 shard the optimizer updates and checkpoints hold (the master copy when mixed;
+  // absent when mixed with master_on_host).
   Tensor params() const { return params_.view(0, DType::F32, {shard_numel_}); }
+  // The shard the gathers read: the working shard (mixed) or params().
+  Tensor gather_source() const { return mixed() ? working_params() : params(); }
   Tensor grads() const { return grads_.view(0, DType::F32, {shard_numel_}); }
   // The working shard (the one gathered) with the groups kept whole, and, when it is a separate
   // copy, the fp32 master.
   int64_t persistent_param_bytes() const;
-  int64_t master_param_bytes() const { return mixed() ? shard_numel_ * 4 : 0; }
+  int64_t master_param_bytes() const { return mixed() && !master_on_host_ ? shard_numel_ * 4 : 0; }
   int64_t workspace_bytes() const;
 
  private:
@@ -97,6 +102,7 @@ class ShardedParamStore final : public ParamStore {
   DType comm_dtype_;
   Stage3Bounds bounds_;
   int64_t shard_numel_ = 0;
+  bool master_on_host_ = false;
   int64_t reductions_issued_ = 0;
   Buffer params_, grads_, recv_;
   Buffer recv_twin_;  // 16-bit comm_dtype: the reduce-scatter output as it travels

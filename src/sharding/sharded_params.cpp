@@ -56,12 +56,21 @@ ShardedParams::ShardedParams(const ShardingPlace& place, const ShardingSettings&
   store_ = std::make_unique<ShardedParamStore>(backend_, *place.dp, *place.groups, *partition_, settings.overlap_comm,
                                                place.comm_wait_seconds, settings.precision, settings.comm_dtype,
                                                settings.stage3,
-                                               plan_stage3(settings.stage3, *place.specs, *place.groups));
+                                               plan_stage3(settings.stage3, *place.specs, *place.groups),
+                                               settings.offload.optimizer);
   const std::vector<OwnedRun> owned = partition_->owned_runs();
-  optimizer_ =
-      std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(*place.specs, owned), partition_->shard_numel());
+  if (settings.offload.optimizer) {
+    host_ = std::make_unique<HostOptimizerState>(backend_, settings.offload, owned, partition_->shard_numel(),
+                                                 settings.precision);
+    optimizer_ = host_->make_optimizer(settings.adamw, shard_ranges(*place.specs, owned));
+  } else {
+    optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(*place.specs, owned),
+                                         partition_->shard_numel());
+  }
   norm_runs_ = tp_norm_runs(*place.specs, owned, place.tp_size);
 }
+
+ShardedParams::~ShardedParams() = default;
 
 void ShardedParams::finish_pipeline(const std::function<void(const Tensor&)>& sum_tied) {
   store_->finish_reductions();
@@ -72,13 +81,23 @@ void ShardedParams::finish_pipeline(const std::function<void(const Tensor&)>& su
 
 void ShardedParams::update(float lr, float grad_multiplier) {
   store_->wait_gathers();  // they read the working shard, which the fused update overwrites
+  if (host_) {
+    host_->update(*optimizer_, grads(), store_->gather_source(), lr, grad_multiplier);
+    refresh_working(true);
+    return;
+  }
   optimizer_->step(store_->params(), grads(), lr, grad_multiplier, store_->working_params());
   refresh_working(settings_.precision != DType::F32);
 }
 
 void ShardedParams::refresh_working(bool working_current) {
-  store_->invalidate_params();  // before the cast: gathers read the working shard
-  if (settings_.precision != DType::F32 && !working_current) backend_.cast(store_->params(), store_->working_params());
+  store_->invalidate_params();  // before the cast or upload: gathers read the working shard
+  if (working_current) return;
+  if (host_) {
+    host_->upload(store_->gather_source());
+  } else if (settings_.precision != DType::F32) {
+    backend_.cast(store_->params(), store_->working_params());
+  }
 }
 
 std::vector<FlatSpan> ShardedParams::owned_spans(float* shard) const {
@@ -86,6 +105,13 @@ std::vector<FlatSpan> ShardedParams::owned_spans(float* shard) const {
 }
 
 std::vector<FlatSpan> ShardedParams::saved_spans(StateKind kind) {
+  if (host_) {
+    std::vector<FlatSpan> spans = owned_spans(kind == StateKind::Params   ? host_->master()
+                                              : kind == StateKind::ExpAvg ? optimizer_->exp_avg().f32()
+                                                                          : optimizer_->exp_avg_sq().f32());
+    for (FlatSpan& span : spans) span.on_host = true;
+    return spans;
+  }
   switch (kind) {
     case StateKind::Params: return owned_spans(store_->params().f32());
     case StateKind::ExpAvg: return owned_spans(optimizer_->exp_avg().f32());
@@ -100,8 +126,9 @@ MemoryRecord ShardedParams::memory() const {
   MemoryRecord m;
   m.params = store_->persistent_param_bytes();
   m.grads = partition_->shard_numel() * static_cast<int64_t>(sizeof(float));
-  m.optimizer = static_cast<int64_t>(optimizer_->state_bytes()) + store_->master_param_bytes();
+  m.optimizer = host_ ? 0 : static_cast<int64_t>(optimizer_->state_bytes()) + store_->master_param_bytes();
   m.workspace = store_->workspace_bytes();
+  if (host_) m.host = host_->host_bytes();
   return m;
 }
 
@@ -110,7 +137,11 @@ MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const Lay
   MemoryRecord m;
   m.params = size.shard * w + plan.persistent_elements * w;  // the shard, and the groups kept whole
   m.grads = size.shard * f;
-  m.optimizer = 2 * size.shard * f + (settings.precision != DType::F32 ? size.shard * f : 0);
+  if (settings.offload.optimizer) {
+    m.host = HostOptimizerState::estimate_host_bytes(size.shard, settings.offload.max_piece, settings.precision);
+  } else {
+    m.optimizer = 2 * size.shard * f + (settings.precision != DType::F32 ? size.shard * f : 0);
+  }
   // The reduce-scatter landing area, and the gathered groups: the embeddings in one slot, the
   // others in two (one when nothing can be prefetched) for parameters, two for gradients.
   m.workspace = size.shard * f + size.embedding_group * (w + f) + size.widest_group * (plan.layer_slots * w + 2 * f);

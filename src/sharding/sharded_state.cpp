@@ -39,7 +39,11 @@ ShardedState::ShardedState(const ShardingPlace& place, const ShardingSettings& s
   norm_runs_ = tp_norm_runs(specs_, owned, place.tp_size);
   const size_t shard_bytes = static_cast<size_t>(partition_->shard_numel()) * sizeof(float);
   grad_shard_ = backend_.allocate(shard_bytes);
-  param_shard_ = backend_.allocate(shard_bytes);
+  if (settings.offload.optimizer) {
+    host_ = std::make_unique<HostOptimizerState>(backend_, settings.offload, owned, partition_->shard_numel(),
+                                                 settings.precision);
+  }
+  if (!host_ || !mixed()) param_shard_ = backend_.allocate(shard_bytes);
   if (mixed()) work_shard_ = backend_.allocate(static_cast<size_t>(partition_->shard_numel()) * dtype_size(settings.precision));
   if (every_micro_batch_) {
     recv_ = backend_.allocate(shard_bytes);
@@ -49,8 +53,17 @@ ShardedState::ShardedState(const ShardingPlace& place, const ShardingSettings& s
       chunk_scratch_ = backend_.allocate(static_cast<size_t>(widest) * sizeof(float));
     }
   }
-  optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, owned), partition_->shard_numel());
+  optimizer_ = host_ ? host_->make_optimizer(settings.adamw, shard_ranges(specs_, owned))
+                     : std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(specs_, owned),
+                                               partition_->shard_numel());
   if (narrow_comm()) shard_twin_ = backend_.allocate(static_cast<size_t>(partition_->shard_numel()) * dtype_size(settings.comm_dtype));
+}
+
+ShardedState::~ShardedState() = default;
+
+Tensor ShardedState::working_shard() const {
+  const Buffer& source = mixed() ? work_shard_ : param_shard_;
+  return source.view(0, settings_.precision, {partition_->shard_numel()});
 }
 
 // The reduce-scatter output of a unit: its piece of the shard accumulator's landing area (stage
@@ -138,6 +151,11 @@ void ShardedState::finish_pipeline(const std::function<void(const Tensor&)>& sum
 }
 
 void ShardedState::update(float lr, float grad_multiplier) {
+  if (host_) {
+    host_->update(*optimizer_, grads(), working_shard(), lr, grad_multiplier);
+    refresh_working(true);
+    return;
+  }
   const Tensor params = shard_view(param_shard_);
   if (!mixed()) {
     // fp32: the model's flat parameters are the master; update the owned part in shard layout.
@@ -153,8 +171,10 @@ void ShardedState::update(float lr, float grad_multiplier) {
 
 void ShardedState::refresh_working(bool working_current) {
   const DType work = settings_.precision;
-  if (mixed() && !working_current) {
-    backend_.cast(shard_view(param_shard_), work_shard_.view(0, work, {partition_->shard_numel()}));
+  if (host_ && !working_current) {
+    host_->upload(working_shard());
+  } else if (mixed() && !working_current) {
+    backend_.cast(shard_view(param_shard_), working_shard());
   }
   // Every rank gathers the owned shards into its full copy.
   const Buffer& source = mixed() ? work_shard_ : param_shard_;
@@ -171,6 +191,14 @@ void ShardedState::refresh_working(bool working_current) {
 }
 
 std::vector<FlatSpan> ShardedState::saved_spans(StateKind kind) {
+  if (host_) {
+    float* state = kind == StateKind::Params   ? host_->master()
+                   : kind == StateKind::ExpAvg ? optimizer_->exp_avg().f32()
+                                               : optimizer_->exp_avg_sq().f32();
+    std::vector<FlatSpan> spans = owned_spans(nullptr, state);
+    for (FlatSpan& span : spans) span.on_host = true;
+    return spans;
+  }
   switch (kind) {
     // fp32: the model's flat parameters are the master; mixed: the shard.
     case StateKind::Params:
@@ -182,7 +210,7 @@ std::vector<FlatSpan> ShardedState::saved_spans(StateKind kind) {
 }
 
 std::vector<FlatSpan> ShardedState::held_spans(StateKind kind) {
-  if (kind == StateKind::Params && !mixed()) return {{0, numel(), flat_params()}};
+  if (kind == StateKind::Params && model_holds_master()) return {{0, numel(), flat_params()}};
   return saved_spans(kind);
 }
 
@@ -191,7 +219,7 @@ MemoryRecord ShardedState::memory() const {
   const int64_t w = static_cast<int64_t>(dtype_size(settings_.precision));
   const int64_t shard = partition_->shard_numel();
   MemoryRecord m;
-  m.optimizer = static_cast<int64_t>(optimizer_->state_bytes());
+  m.optimizer = host_ ? 0 : static_cast<int64_t>(optimizer_->state_bytes());
   m.params = store_->capacity() * w;
   m.grads = every_micro_batch_ ? shard * f : store_->capacity() * f;
   // Stage 1: the reduced gradient shard; stage 2: the full-size gradient scratch of one
@@ -200,11 +228,12 @@ MemoryRecord ShardedState::memory() const {
   // master, while the master itself is optimizer state).
   m.workspace = every_micro_batch_ ? store_->capacity() * f + shard * f : shard * f;
   if (mixed()) {
-    m.optimizer += shard * f;
+    if (!host_) m.optimizer += shard * f;
     m.workspace += shard * w;
   } else {
     m.workspace += shard * f;
   }
+  if (host_) m.host = host_->host_bytes();
   m.workspace += static_cast<int64_t>(chunk_scratch_.bytes());  // stage 2 under PP: one group's reduction
   m.workspace += twin_bytes() + static_cast<int64_t>(shard_twin_.bytes());  // 16-bit comm_dtype
   return m;
@@ -216,7 +245,9 @@ MemoryRecord ShardedState::estimate(const ShardingSettings& settings, const Layo
   MemoryRecord m;
   m.params = size.padded * w;
   m.grads = every ? size.shard * f : size.padded * f;
-  m.optimizer = 2 * size.shard * f + (mixed ? size.shard * f : 0);
+  m.optimizer = settings.offload.optimizer ? 0 : 2 * size.shard * f + (mixed ? size.shard * f : 0);
+  if (settings.offload.optimizer)
+    m.host = HostOptimizerState::estimate_host_bytes(size.shard, settings.offload.max_piece, settings.precision);
   m.workspace = (every ? size.padded * f + size.shard * f : size.shard * f) + size.shard * (mixed ? w : f);
   // Under a pipeline, stage 2 reduces one group at a time through a scratch of the widest.
   if (every && settings.pipelined) m.workspace += std::max(size.embedding_group, size.widest_group) * f;

@@ -94,10 +94,12 @@ std::vector<FlatRange> tp_norm_runs(const std::vector<ParamSpec>& specs, const s
 enum class StateKind { Params, ExpAvg, ExpAvgSq };
 // `count` fp32 values of the flat layout starting at flat_begin, held at `data` (host memory
 // when handed out by Engine's checkpoint methods; the backend's memory inside a strategy).
+// on_host: data is host memory on any backend (offloaded optimizer state).
 struct FlatSpan {
   int64_t flat_begin = 0;
   int64_t count = 0;
   float* data = nullptr;
+  bool on_host = false;
 };
 
 // Bytes a rank holds persistently; workspace is the transient memory the strategy declares
@@ -105,9 +107,11 @@ struct FlatSpan {
 // params is the working copy the model reads (2 bytes per element under mixed precision);
 // the fp32 master copy, when separate, counts as optimizer state with Adam's m and v.
 // activations: the models' arenas (under pipeline parallelism one per chunk and in-flight
-// slot), which the engine adds to what its strategy reports.
+// slot), which the engine adds to what its strategy reports. host: what offloading keeps in
+// host memory instead (state and staging), outside the device's total.
 struct MemoryRecord {
   int64_t params = 0, grads = 0, optimizer = 0, workspace = 0, activations = 0;
+  int64_t host = 0;
   int64_t total() const { return params + grads + optimizer + workspace + activations; }
 };
 
@@ -124,6 +128,17 @@ struct Stage3Bounds {
   // max_live_parameters; otherwise it is gathered when the model reaches it.
   int64_t prefetch_bucket_size = INT64_MAX;
   int64_t max_live_parameters = INT64_MAX;
+};
+
+// offload_optimizer.device cpu on a device backend (stages 1-3): the shard's fp32 master and
+// Adam's moments live in host memory and the update runs there (the host AdamW), piece by piece
+// of the shard while the next piece's gradient comes down and the last one's parameters go up.
+struct OffloadSettings {
+  bool optimizer = false;
+  bool pinned = false;  // pin_memory: the host state page-locked
+  int threads = 1;      // the host AdamW's threads
+  // The longest piece (elements); pieces follow the partition's units (buckets, layer groups).
+  int64_t max_piece = int64_t{1} << 22;
 };
 
 struct ShardingSettings {
@@ -144,6 +159,7 @@ struct ShardingSettings {
   // chunk's backward (stage 2), not from the model's gradient-ready callback.
   bool pipelined = false;
   Stage3Bounds stage3;
+  OffloadSettings offload;
 };
 
 // Where a strategy keeps its fp32 master and Adam's moments, and where its update runs, is its

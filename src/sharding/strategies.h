@@ -17,6 +17,42 @@ struct LayoutSize {
   int64_t n = 0, padded = 0, shard = 0, embedding_group = 0, widest_group = 0;
 };
 
+// Offloaded optimizer state (OffloadSettings): the shard's fp32 master in host memory beside the
+// host AdamW's moments, and the update run there piece by piece. The device keeps the reduced
+// gradient shard and the working shard (the parameters rounded to the model's dtype, or fp32).
+// One stream carries both copies: each wait lets the next piece's gradient come down and the
+// last piece's parameters go up while the host updates the current piece.
+class HostOptimizerState {
+ public:
+  // The pieces are the shard's owned runs (padding never travels), cut to at most
+  // settings.max_piece; `work` is the working shard's dtype.
+  HostOptimizerState(Backend& backend, const OffloadSettings& settings, const std::vector<OwnedRun>& runs,
+                     int64_t shard_numel, DType work);
+  // The AdamW whose moments live beside the master.
+  std::unique_ptr<AdamW> make_optimizer(const AdamWSettings& settings, std::vector<ParamRange> ranges) const;
+  float* master() const { return static_cast<float*>(master_.data()); }
+  // AdamW on the master from the device's reduced shard `grads` × grad_multiplier; `working`
+  // (device, laid out like grads) receives the updated master rounded to its dtype.
+  void update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier);
+  // working = the master rounded (after init or a load).
+  void upload(Tensor working);
+  // Host bytes: the master, the moments, two pieces' staging each way.
+  int64_t host_bytes() const;
+  static int64_t estimate_host_bytes(int64_t shard_numel, int64_t max_piece, DType work);
+
+ private:
+  Tensor stage(const Buffer& buffer, DType dtype, int64_t count) const;
+  Backend& backend_;
+  OffloadSettings settings_;
+  DType work_;
+  int64_t shard_numel_;
+  std::vector<FlatRange> pieces_;  // of the shard, in order
+  std::unique_ptr<ThreadPool> pool_;
+  HostPlacement placement_;
+  Buffer master_;
+  Buffer grad_stage_[2], work_stage_[2];  // page-locked, one piece each
+};
+
 // Stages 0-2: every parameter in one flat store (padded to a multiple of DP), the gradient
 // reduced in buckets, last bucket first, as backward completes them (with overlap) or after it.
 class FlatStrategy : public ShardingStrategy {
@@ -122,6 +158,9 @@ class Replicated final : public FlatStrategy {
 class ShardedState final : public FlatStrategy {
  public:
   ShardedState(const ShardingPlace& place, const ShardingSettings& settings, bool reduce_every_micro_batch);
+  ~ShardedState() override;
+  // Offloaded, the master is in host memory even in fp32.
+  bool model_holds_master() const override { return !mixed() && !host_; }
   void begin_step() override;
   bool reduces_every_micro_batch() const override { return every_micro_batch_; }
   void chunk_backward_done(const GptChunk& chunk) override;
@@ -142,15 +181,18 @@ class ShardedState final : public FlatStrategy {
   void refresh_working(bool working_current) override;
   Tensor shard_view(const Buffer& buffer) const;
   Tensor reduction_output(const PartitionUnit& u) const;
+  // The shard the all-gather reads: the rounded master (mixed) or the fp32 parameters.
+  Tensor working_shard() const;
   bool every_micro_batch_;
   bool pending_ = false;  // stage 2: recv_ holds a micro-batch's reduction to accumulate
   bool widen_ = false;    // 16-bit comm_dtype: shard_twin_ holds reductions still to widen
   Buffer shard_twin_;     // 16-bit comm_dtype: the reduce-scatter output as it travels
   Buffer grad_shard_;     // stage 1: reduced gradient shard; stage 2: accumulated gradient shard
   Buffer recv_;           // stage 2: one micro-batch's reduce-scatter output
-  Buffer param_shard_;    // owned fp32 parameters in shard layout (the master when mixed)
-  Buffer work_shard_;     // mixed precision: param_shard_ rounded, the all-gather source
+  Buffer param_shard_;    // owned fp32 parameters in shard layout (the master when mixed, unless offloaded)
+  Buffer work_shard_;     // mixed precision: the master rounded, the all-gather source
   Buffer chunk_scratch_;  // stage 2 under PP: one group's gradient, padded for its reduce-scatter
+  std::unique_ptr<HostOptimizerState> host_;  // offloaded: the master and moments in host memory
 };
 
 // ZeRO 3: parameters sharded too; the ShardedParamStore gathers each layer group as the model
@@ -158,6 +200,7 @@ class ShardedState final : public FlatStrategy {
 class ShardedParams final : public ShardingStrategy {
  public:
   ShardedParams(const ShardingPlace& place, const ShardingSettings& settings);
+  ~ShardedParams() override;
   ParamStore& store() override { return *store_; }
   bool model_holds_master() const override { return false; }
   void begin_step() override { store_->begin_step(); }
@@ -185,6 +228,7 @@ class ShardedParams final : public ShardingStrategy {
   ShardingSettings settings_;
   std::unique_ptr<FlatPartition> partition_;
   std::unique_ptr<ShardedParamStore> store_;
+  std::unique_ptr<HostOptimizerState> host_;  // offloaded: the master and moments in host memory
 };
 
 // AdamW ranges (weight decay per parameter) of a shard laid out by `runs`, and of the flat layout.

@@ -56,8 +56,8 @@ MemoryRecord estimate_stage_memory(const Config& cfg, const EngineSettings& sett
 
 }  // namespace
 
-MemoryRecord estimate_rank_memory(const Config& cfg) {
-  const EngineSettings settings = engine_settings_from_config(cfg);
+MemoryRecord estimate_rank_memory(const Config& cfg, Device device) {
+  const EngineSettings settings = engine_settings_from_config(cfg, device);
   MemoryRecord worst;
   for (int stage = 0; stage < std::max(1, cfg.derived.pp_size); ++stage) {
     const MemoryRecord e = estimate_stage_memory(cfg, settings, stage);
@@ -67,7 +67,7 @@ MemoryRecord estimate_rank_memory(const Config& cfg) {
 }
 
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device) {
-  const MemoryRecord e = estimate_rank_memory(cfg);
+  const MemoryRecord e = estimate_rank_memory(cfg, device.backend->device());
   int64_t available = 0;
   std::string where;
   if (device.backend->device() == Device::CUDA) {

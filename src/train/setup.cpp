@@ -2,6 +2,8 @@
 // checks of what this build can run.
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -47,7 +49,7 @@ AdamWSettings adamw_from_config(const Config& cfg) {
   return s;
 }
 
-EngineSettings engine_settings_from_config(const Config& cfg) {
+EngineSettings engine_settings_from_config(const Config& cfg, Device device, int ranks_on_node) {
   const ZeroConfig& z = cfg.zero_optimization;
   EngineSettings s;
   s.sharding.zero_stage = z.stage;
@@ -55,6 +57,11 @@ EngineSettings engine_settings_from_config(const Config& cfg) {
   s.sharding.reduce_bucket_size = z.reduce_bucket_size;
   s.sharding.adamw = adamw_from_config(cfg);
   s.sharding.comm_dtype = cfg.communication_data_type;
+  const OffloadConfig& offload = z.offload_optimizer;
+  s.sharding.offload.optimizer = offload.device == OffloadDevice::Cpu && device != Device::CPU;
+  s.sharding.offload.pinned = offload.pin_memory;
+  const int cores = host_threads_per_rank(0, ranks_on_node);
+  s.sharding.offload.threads = std::max(1, static_cast<int>(std::lround(offload.cpuadam_cores_perc * cores)));
   const int64_t unbounded = std::numeric_limits<int64_t>::max();
   s.sharding.stage3.param_persistence_threshold = z.stage3_param_persistence_threshold;
   s.sharding.stage3.model_persistence_threshold = z.stage3_model_persistence_threshold.value_or(unbounded);

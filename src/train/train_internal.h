@@ -40,7 +40,9 @@ CommBackendKind agree_on_devices(const MpiRuntime& mpi, const Config& cfg, Train
 GptDims gpt_dims_from_config(const Config& cfg);
 LrScheduleSettings lr_schedule_from_config(const Config& cfg);
 AdamWSettings adamw_from_config(const Config& cfg);
-EngineSettings engine_settings_from_config(const Config& cfg);
+// `device`: the backend's (offloading the optimizer state is a no-op on the CPU, where it already
+// lives in host memory); ranks_on_node share the node's cores for the host AdamW.
+EngineSettings engine_settings_from_config(const Config& cfg, Device device = Device::CPU, int ranks_on_node = 1);
 // Limits of this build that the config alone cannot express (the world size comes from
 // mpirun; --dump-grads needs the whole gradient on one rank). Throws UserError.
 void check_runnable(const Config& cfg, int world_size, bool dump_grads);
@@ -48,7 +50,7 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads);
 // Bytes one rank will allocate, estimated from the config before anything is allocated
 // (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline
 // stage that needs the most.
-MemoryRecord estimate_rank_memory(const Config& cfg);
+MemoryRecord estimate_rank_memory(const Config& cfg, Device device);
 // UserError naming the estimate and what the rank has, when it does not fit the rank's share of
 // its GPU's free memory (or, on the CPU, of its node's available memory).
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device);

@@ -103,7 +103,8 @@ class Trainer {
         memory_checked_(memory_checked(mpi, cfg_, device_)),
         engine_owner_(make_agreed<Engine>(mpi, "allocating the model and optimizer", backend_,
                                           engine_groups(topology_), dims_, cfg_.derived.micro_batch,
-                                          cfg_.model.recompute, engine_settings_from_config(cfg_))),
+                                          cfg_.model.recompute,
+                                          engine_settings_from_config(cfg_, backend_.device(), mpi.local_size()))),
         engine_(*engine_owner_),
         schedule_(lr_schedule_from_config(cfg_)) {
     BatchLayout layout;

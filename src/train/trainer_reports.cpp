@@ -50,6 +50,16 @@ void Trainer::log_banner() {
   }
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).sharding.overlap_comm ? " (reductions overlap backward)" : "");
+  if (cfg_.zero_optimization.offload_optimizer.device == OffloadDevice::Cpu) {
+    const OffloadSettings o = engine_settings_from_config(cfg_, backend_.device(), mpi_.local_size()).sharding.offload;
+    if (o.optimizer) {
+      log_info("offload: optimizer state (fp32 master, Adam moments) in {} host memory; host AdamW {} x {} thread(s)",
+               o.pinned ? "page-locked" : "pageable", host_simd_name(host_simd_best()), o.threads);
+    } else {
+      log_info("offload: offload_optimizer cpu is a no-op on the CPU backend (the optimizer state is host memory "
+               "already)");
+    }
+  }
   log_info("precision: {}", precision_text(engine_.precision()));
   describe_devices();
 }
@@ -61,7 +71,7 @@ void Trainer::report_memory() {
   const std::vector<double> mine = {static_cast<double>(mem.params),    static_cast<double>(mem.grads),
                                     static_cast<double>(mem.optimizer), static_cast<double>(mem.workspace),
                                     static_cast<double>(mem.activations), static_cast<double>(act.per_layer),
-                                    static_cast<double>(act.shared)};
+                                    static_cast<double>(act.shared), static_cast<double>(mem.host)};
   const std::vector<double> all = all_gather_doubles(topology_.world(), mine);
   nlohmann::json ranks = nlohmann::json::array();
   log_info("memory per rank (ZeRO stage {}, DP {}, TP {}{}, recompute {}):", cfg_.zero_optimization.stage,
@@ -81,17 +91,20 @@ void Trainer::report_memory() {
                      {"workspace", bytes(3)},
                      {"activations", bytes(4)},
                      {"activations_per_layer", bytes(5)},
-                     {"activations_shared", bytes(6)}});
+                     {"activations_shared", bytes(6)},
+                     {"host", bytes(7)}});
+    if (bytes(7) > 0) log_info("  {:>4} host memory (offloaded optimizer state and its staging): {}", r, bytes_text(bytes(7)));
   }
   // The start-up check's estimate (before allocation, the stage that needs the most), beside.
-  const MemoryRecord e = estimate_rank_memory(cfg_);
+  const MemoryRecord e = estimate_rank_memory(cfg_, backend_.device());
   metrics_.write({{"type", "memory"},
                   {"estimate",
                    {{"params", e.params},
                     {"grads", e.grads},
                     {"optimizer", e.optimizer},
                     {"workspace", e.workspace},
-                    {"activations", e.activations}}},
+                    {"activations", e.activations},
+                    {"host", e.host}}},
                   {"zero_stage", cfg_.zero_optimization.stage},
                   {"dp", cfg_.derived.dp_size},
                   {"tp", cfg_.derived.tp_size},

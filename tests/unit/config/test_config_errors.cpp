@@ -240,8 +240,8 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                                  "1-2) is not supported yet"},
       {"zero_optimization.allgather_bucket_size=1e6", "zero_optimization.allgather_bucket_size: 1000000 differs "
                                                       "from reduce_bucket_size 500000000"},
-      {"zero_optimization.offload_optimizer.device=cpu", "zero_optimization.offload_optimizer.device: offloading "
-                                                          "to cpu is not supported yet"},
+      {"zero_optimization.offload_optimizer.device=nvme", "zero_optimization.offload_optimizer.device: offloading "
+                                                           "to nvme is not supported yet"},
       {"zero_optimization.offload_param.device=nvme", "zero_optimization.offload_param.device: offloading to nvme "
                                                        "is not supported yet"},
       {"activation_checkpointing.cpu_checkpointing=true", "activation_checkpointing.cpu_checkpointing: true "
@@ -254,6 +254,19 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
     const auto p = problems(kTinyConfig, {c.first}, 4);
     REQUIRE(p.size() == 1);
     CHECK(p[0].rfind(c.second, 0) == 0);
+  }
+  // Offloading the optimizer state to host memory: each rank's shard of it, so ZeRO 1-3.
+  CHECK(problems(kTinyConfig, {"zero_optimization.offload_optimizer.device=cpu"}, 2) ==
+        std::vector<std::string>{"zero_optimization.offload_optimizer.device: cpu needs ZeRO stage 1, 2 or 3 (the "
+                                 "optimizer state offloaded is each rank's shard of it); set zero_optimization.stage (set by --set "
+                                 "zero_optimization.offload_optimizer.device)"});
+  for (const char* stage : {"1", "2", "3"}) {
+    CHECK(problems(kTinyConfig,
+                   {std::string("zero_optimization.stage=") + stage, "zero_optimization.offload_optimizer.device=cpu",
+                    "zero_optimization.offload_optimizer.pin_memory=true",
+                    "zero_optimization.offload_optimizer.cpuadam_cores_perc=0.5"},
+                   2)
+              .empty());
   }
   // The defaults of the same keys, and world sizes above 1, are accepted; so are tensor, sequence
   // and pipeline parallelism with every schedule and partition, and every recompute mode.
