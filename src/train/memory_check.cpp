@@ -66,8 +66,30 @@ MemoryRecord estimate_rank_memory(const Config& cfg, Device device) {
   return worst;
 }
 
+namespace {
+
+// Offloaded optimizer state lives in the node's memory, shared by its ranks (on a simulated
+// device, beside the "device" buffers, which are host memory too).
+void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device) {
+  const int64_t node = host_available_bytes();
+  if (e.host <= 0 || node <= 0) return;
+  const int64_t share = node / std::max(1, mpi.local_size());
+  const int64_t need = e.host + (device == Device::CUDA ? 0 : e.total());
+  if (need <= share) return;
+  throw UserError(fmt::format(
+      "the offloaded optimizer state does not fit host memory: each rank needs about {} of host memory ({} of "
+      "offloaded master weights, Adam moments and staging{}), but this rank has {} ({} available on {}{}). Use more "
+      "nodes or ranks, or zero_optimization.offload_optimizer.device: none",
+      gib(need), gib(e.host), device == Device::CUDA ? "" : fmt::format(", and {} of simulated device memory", gib(e.total())),
+      gib(share), gib(node), mpi.hostname(),
+      mpi.local_size() > 1 ? fmt::format(", shared by {} ranks", mpi.local_size()) : std::string()));
+}
+
+}  // namespace
+
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device) {
   const MemoryRecord e = estimate_rank_memory(cfg, device.backend->device());
+  check_host_fits(e, mpi, device.backend->device());
   int64_t available = 0;
   std::string where;
   if (device.backend->device() == Device::CUDA) {

@@ -8,7 +8,8 @@
 # interleaved, the 8-rank DP 2 x TP 2 x PP 2 grid. The memory record moves the optimizer bytes
 # to host (record = estimate), and the device allocator's peak drops by them. Checkpoints saved
 # with offload resume without it and on another layout, and the reverse, bit for bit with each
-# other. On the CPU backend offload is a no-op that says so. Stage 0 and nvme are refused.
+# other. On the CPU backend offload is a no-op that says so. Stage 0, nvme, offload_param and
+# offloaded state larger than the node's memory are refused before the first step.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 
@@ -134,4 +135,12 @@ expect_contains "$OUT" "offloading to nvme is not supported yet"
 run_expect 2 "$STRATA" config "$WORK/bad.yaml" --set zero_optimization.stage=3 \
   --set zero_optimization.offload_param.device=cpu
 expect_contains "$OUT" "offloading to cpu is not supported yet"
+# Offloaded state that does not fit the node's memory (a 6.2B-parameter model): exit 2 before
+# anything is allocated, with the numbers.
+run_expect 2 env STRATA_SIMULATE_DEVICE=1 "$STRATA" train --config "$SRC/configs/gpt2-1558m.yaml" \
+  --set model.n_layer=200 --set zero_optimization.stage=3 --set bf16.enabled=true \
+  --set train_micro_batch_size_per_gpu=1 --set gradient_accumulation_steps=1 --set train_batch_size=1 \
+  --set zero_optimization.offload_optimizer.device=cpu --set "data.train=$WORK/data/train_*.bin" \
+  --set "data.val=$WORK/data/val_*.bin"
+expect_contains "$OUT" "the offloaded optimizer state does not fit host memory: each rank needs about"
 echo ok
