@@ -107,6 +107,10 @@ void add_commands(CLI::App& app, Commands& c) {
       ->check(kWholeCount);
   c.adam_check->add_option("--rounds", c.adam_check_options.rounds, "Timed steps (the best is reported)")
       ->check(kWholeCount);
+  c.adam_check->add_option("--nvme-path", c.adam_check_options.nvme_path,
+                           "Also time an offload file in this directory (O_DIRECT)");
+  c.adam_check->add_option("--nvme-bytes", c.adam_check_options.nvme_bytes, "Bytes of that file")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40));
 
   // strata train --config X [--set k=v]... [--dump-grads FILE]
   c.train = app.add_subcommand("train", "Train a model as the config describes (run under mpirun)");

@@ -52,6 +52,8 @@ void zero_fields(V& v, S& z) {
   v.section("offload_optimizer", [&](V& s) {
     offload_fields(s, z.offload_optimizer);
     s.value("cpuadam_cores_perc", z.offload_optimizer.cpuadam_cores_perc, fraction());
+    s.value("nvme_path", z.offload_optimizer.nvme_path);
+    s.value("buffer_count", z.offload_optimizer.buffer_count, at_least(2));
   });
   v.section("offload_param", [&](V& s) { offload_fields(s, z.offload_param); });
 }

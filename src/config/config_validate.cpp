@@ -179,10 +179,11 @@ void check_gradient_scaling(const Config& c, Problems& p) {
 // offloads at stages 1-3 too).
 void check_offload(const Config& c, Problems& p) {
   const ZeroConfig& z = c.zero_optimization;
-  if (z.offload_optimizer.device == OffloadDevice::Cpu && z.stage == 0)
+  if (z.offload_optimizer.device != OffloadDevice::None && z.stage == 0)
     p.add("zero_optimization.offload_optimizer.device",
-          "cpu needs ZeRO stage 1, 2 or 3 (the optimizer state offloaded is each rank's shard of it); set "
-          "zero_optimization.stage");
+          fmt::format("{} needs ZeRO stage 1, 2 or 3 (the optimizer state offloaded is each rank's shard of it); set "
+                      "zero_optimization.stage",
+                      to_string(z.offload_optimizer.device)));
 }
 
 std::string preset_names() {
@@ -337,8 +338,6 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
                       "buckets, so a separate all-gather bucket size is not supported yet; remove the key or "
                       "set it equal",
                       *z.allgather_bucket_size, z.reduce_bucket_size));
-  if (z.offload_optimizer.device == OffloadDevice::Nvme)
-    p.add("zero_optimization.offload_optimizer.device", "offloading to nvme is not supported yet; use cpu or none");
   if (z.offload_param.device != OffloadDevice::None)
     p.add("zero_optimization.offload_param.device",
           fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_param.device)));

@@ -17,9 +17,8 @@ constexpr DsTreatment kRefused = DsTreatment::Refused;
 const char* const kOffloadOnly =
     "used only when offloading parameters (offload_param), which strata does not do yet (a device other than none "
     "is refused); with device none it changes nothing";
-const char* const kNvmeStateOnly =
-    "used only when offloading optimizer state to nvme, which strata does not do yet (device nvme is refused); "
-    "with cpu or none it changes nothing";
+const char* const kAlwaysOverlapped =
+    "strata always reads the next pieces of nvme-offloaded state ahead of the update and writes them behind it";
 const char* const kNvmeOnly =
     "asynchronous I/O settings, used only when offloading to nvme, which strata does not do yet (an offload "
     "device other than none is refused)";
@@ -62,21 +61,21 @@ const DeepSpeedKey kListed[] = {
      "a communication pattern that changes no values"},
     {"zero_optimization.offload_optimizer", kImplemented,
      "ZeRO-Offload: optimizer state in host memory or on NVMe.",
-     "device cpu at ZeRO 1-3: each rank's fp32 master and Adam moments in host memory, updated there by a SIMD "
-     "AdamW (a no-op on the CPU backend); nvme is refused (not implemented yet)"},
-    {"zero_optimization.offload_optimizer.device", kImplemented, "none, cpu or nvme.",
-     "none or cpu; nvme is refused (not implemented yet)"},
+     "device cpu or nvme at ZeRO 1-3: each rank's fp32 master and Adam moments in host memory or in a file, "
+     "updated on the host by a SIMD AdamW (cpu is a no-op on the CPU backend)"},
+    {"zero_optimization.offload_optimizer.device", kImplemented, "none, cpu or nvme.", "As DeepSpeed, at ZeRO 1-3"},
     {"zero_optimization.offload_optimizer.pin_memory", kImplemented, "Page-locked host buffers.",
-     "The offloaded master and moments page-locked"},
-    {"zero_optimization.offload_optimizer.nvme_path", kAccepted, "Directory of the NVMe swap files.", kNvmeStateOnly},
-    {"zero_optimization.offload_optimizer.buffer_count", kAccepted, "Buffers for optimizer-state swapping.",
-     kNvmeStateOnly},
+     "The offloaded master and moments page-locked (cpu)"},
+    {"zero_optimization.offload_optimizer.nvme_path", kImplemented, "Directory of the NVMe swap files.",
+     "The directory of each rank's state file (O_DIRECT; the file is removed as soon as it is open)"},
+    {"zero_optimization.offload_optimizer.buffer_count", kImplemented, "Buffers for optimizer-state swapping.",
+     "Pieces of state in host memory at once (at least 2)"},
     {"zero_optimization.offload_optimizer.pipeline_read", kAccepted, "Overlap reading the next state with the step.",
-     kNvmeStateOnly},
+     kAlwaysOverlapped},
     {"zero_optimization.offload_optimizer.pipeline_write", kAccepted, "Overlap writing state with the step.",
-     kNvmeStateOnly},
+     kAlwaysOverlapped},
     {"zero_optimization.offload_optimizer.fast_init", kAccepted, "Fast initialisation of NVMe-offloaded state.",
-     kNvmeStateOnly},
+     "the file is reserved at start and reads as zeros until written: there is nothing slow to initialise"},
     {"zero_optimization.offload_optimizer.ratio", kAccepted, "Fraction of the update done on the CPU.",
      "strata updates all offloaded state on the host (ratio 1); where the update runs changes no value"},
     {"zero_optimization.offload_optimizer.super_offload", kAccepted, "SuperOffload for superchips.",

@@ -1,7 +1,8 @@
 // Public header of src/core: errors, checking macros, logging, timing, RNG, dtypes, tensors,
-// the host thread pool.
+// the host thread pool, O_DIRECT scratch files.
 #pragma once
 #include "core/check.h"
+#include "core/direct_file.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"

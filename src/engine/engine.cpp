@@ -194,6 +194,7 @@ std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
 
 void Engine::release_saved_spans() {
   for (std::vector<StagedSpan>& kind : saving_) kind = {};
+  strategy_->release_state_copies();
 }
 
 std::vector<FlatSpan> Engine::held_spans(StateKind kind) {

@@ -75,6 +75,7 @@ std::string Engine::first_nonfinite_state() {
       {StateKind::Params, "model."}, {StateKind::ExpAvg, "optim.exp_avg."}, {StateKind::ExpAvgSq, "optim.exp_avg_sq."}};
   for (const auto& [kind, prefix] : kinds) {
     const int64_t index = first_nonfinite_spec(strategy_->saved_spans(kind));
+    strategy_->release_state_copies();
     if (index >= 0) return prefix + model_param_names_[static_cast<size_t>(index)];
   }
   return "";

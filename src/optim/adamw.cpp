@@ -27,6 +27,7 @@ namespace {
 Buffer allocate_state(Backend& backend, int64_t numel, const HostPlacement* host) {
   const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
   if (!host) return backend.allocate(bytes);
+  if (host->state_elsewhere) return Buffer();
   return host->pinned ? backend.allocate_host(bytes) : allocate_pageable_host(bytes);
 }
 
@@ -64,6 +65,12 @@ void AdamW::begin_pieces(float lr, float grad_scale) {
 
 void AdamW::update_piece(int64_t begin, int64_t count, float* params, const float* grads, void* copy,
                          DType copy_dtype) {
+  if (!exp_avg_.data()) throw std::logic_error("AdamW: the moments live elsewhere; give them");
+  update_piece(begin, count, params, grads, exp_avg().f32() + begin, exp_avg_sq().f32() + begin, copy, copy_dtype);
+}
+
+void AdamW::update_piece(int64_t begin, int64_t count, float* params, const float* grads, float* exp_avg,
+                         float* exp_avg_sq, void* copy, DType copy_dtype) {
   const int64_t end = begin + count;
   for (const ParamRange& r : ranges_) {
     const int64_t lo = std::max(begin, r.offset), hi = std::min(end, r.offset + r.numel);
@@ -73,8 +80,8 @@ void AdamW::update_piece(int64_t begin, int64_t count, float* params, const floa
     HostAdamWData d;
     d.param = params + (lo - begin);
     d.grad = grads + (lo - begin);
-    d.exp_avg = exp_avg().f32() + lo;
-    d.exp_avg_sq = exp_avg_sq().f32() + lo;
+    d.exp_avg = exp_avg + (lo - begin);
+    d.exp_avg_sq = exp_avg_sq + (lo - begin);
     d.param_copy = copy ? static_cast<char*>(copy) + static_cast<size_t>(lo - begin) * dtype_size(copy_dtype) : nullptr;
     d.copy_dtype = copy_dtype;
     d.n = hi - lo;

@@ -133,10 +133,13 @@ void host_adamw_update(const HostAdamWData& data, const AdamWArgs& args, HostSim
 
 // Where AdamW keeps its moments when they are offloaded: host memory (page-locked when pinned),
 // updated by host_adamw_update with `simd` over `pool`.
+// state_elsewhere: the moments live with their owner's pieces (offloaded to files), AdamW holds
+// none and update_piece is given them.
 struct HostPlacement {
   bool pinned = false;
   HostSimd simd = HostSimd::Scalar;
   ThreadPool* pool = nullptr;
+  bool state_elsewhere = false;
 };
 
 class AdamW {
@@ -156,13 +159,16 @@ class AdamW {
   // (optional) copy, which is rounded to copy_dtype.
   void begin_pieces(float lr, float grad_scale);
   void update_piece(int64_t begin, int64_t count, float* params, const float* grads, void* copy, DType copy_dtype);
+  // The same with the piece's moments given (state_elsewhere), at element `begin` too.
+  void update_piece(int64_t begin, int64_t count, float* params, const float* grads, float* exp_avg,
+                    float* exp_avg_sq, void* copy, DType copy_dtype);
   bool on_host() const { return host_.has_value(); }
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
   // The moments, fp32 on the backend's device, laid out like the parameters.
   Tensor exp_avg() const { return exp_avg_.view(0, DType::F32, {numel_}); }
   Tensor exp_avg_sq() const { return exp_avg_sq_.view(0, DType::F32, {numel_}); }
-  size_t state_bytes() const { return 2 * static_cast<size_t>(numel_) * sizeof(float); }
+  size_t state_bytes() const { return exp_avg_.bytes() + exp_avg_sq_.bytes(); }
 
  private:
   AdamWArgs args_for(float lr, float grad_scale, double weight_decay) const;

@@ -1,15 +1,15 @@
-// Offloaded optimizer state: the shard's fp32 master and Adam's moments in host memory, the
-// update done there by the host AdamW piece by piece, double-buffered so that the transfers of
-// the pieces before and after run while the host computes one.
+// Offloaded optimizer state in host memory: the shard's fp32 master and Adam's moments there,
+// the update done by the host AdamW piece by piece, double-buffered so that the transfers of the
+// pieces before and after run while the host computes one. (The nvme variant, whose state lives
+// in a file, is host_optimizer_files.cpp.)
 #include <algorithm>
 
+#include "core/direct_file.h"
 #include "sharding/strategies.h"
 
 namespace strata {
-namespace {
 
-// The owned runs (real elements only: padding never travels), cut to at most max_piece.
-std::vector<FlatRange> shard_pieces(const std::vector<OwnedRun>& runs, int64_t max_piece) {
+std::vector<FlatRange> offload_pieces(const std::vector<OwnedRun>& runs, int64_t max_piece) {
   std::vector<FlatRange> pieces;
   for (const OwnedRun& r : runs) {
     for (int64_t at = 0; at < r.count; at += max_piece) {
@@ -19,32 +19,19 @@ std::vector<FlatRange> shard_pieces(const std::vector<OwnedRun>& runs, int64_t m
   return pieces;
 }
 
-int64_t staging_elements(int64_t shard_numel, int64_t max_piece) {
+int64_t offload_staging_elements(int64_t shard_numel, int64_t max_piece) {
   return std::max<int64_t>(1, std::min(shard_numel, max_piece));
 }
 
-Tensor part(const Tensor& t, const FlatRange& r) {
+namespace {
+
+// Elements r of t, keeping its dtype and device.
+Tensor offload_part(const Tensor& t, const FlatRange& r) {
   return Tensor(static_cast<char*>(t.data) + static_cast<size_t>(r.begin) * dtype_size(t.dtype), t.dtype, {r.numel()},
                 t.device);
 }
 
 }  // namespace
-
-HostOptimizerState::HostOptimizerState(Backend& backend, const OffloadSettings& settings,
-                                       const std::vector<OwnedRun>& runs, int64_t shard_numel, DType work)
-    : backend_(backend), settings_(settings), work_(work), shard_numel_(shard_numel),
-      pieces_(shard_pieces(runs, settings.max_piece)), pool_(std::make_unique<ThreadPool>(settings.threads)) {
-  placement_.pinned = settings.pinned;
-  placement_.simd = host_simd_best();
-  placement_.pool = pool_.get();
-  const size_t bytes = static_cast<size_t>(shard_numel) * sizeof(float);
-  master_ = settings.pinned ? backend.allocate_host(bytes) : allocate_pageable_host(bytes);
-  const size_t piece = static_cast<size_t>(staging_elements(shard_numel, settings.max_piece));
-  for (int k = 0; k < 2; ++k) {
-    grad_stage_[k] = backend.allocate_host(piece * sizeof(float));
-    work_stage_[k] = backend.allocate_host(piece * dtype_size(work));
-  }
-}
 
 std::unique_ptr<AdamW> HostOptimizerState::make_optimizer(const AdamWSettings& settings,
                                                           std::vector<ParamRange> ranges) const {
@@ -55,45 +42,87 @@ Tensor HostOptimizerState::stage(const Buffer& buffer, DType dtype, int64_t coun
   return Tensor(buffer.data(), dtype, {count}, Device::CPU);
 }
 
+void HostOptimizerState::down(Tensor grads, size_t k) {
+  backend_.copy_async(offload_part(grads, pieces_[k]), stage(grad_stage_[k % 2], DType::F32, pieces_[k].numel()));
+}
+
+void HostOptimizerState::up(Tensor working, size_t k) {
+  backend_.copy_async(stage(work_stage_[k % 2], work_, pieces_[k].numel()), offload_part(working, pieces_[k]));
+}
+
+void HostOptimizerState::update_piece(AdamW& optimizer, size_t k, float* master, float* m, float* v) {
+  const FlatRange& p = pieces_[k];
+  optimizer.update_piece(p.begin, p.numel(), master, static_cast<const float*>(grad_stage_[k % 2].data()), m, v,
+                         work_stage_[k % 2].data(), work_);
+}
+
 void HostOptimizerState::update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier) {
   optimizer.begin_pieces(lr, grad_multiplier);
+  if (files_) {
+    update_files(optimizer, grads, working);
+  } else {
+    update_memory(optimizer, grads, working);
+  }
+}
+
+void HostOptimizerState::update_memory(AdamW& optimizer, Tensor grads, Tensor working) {
   const size_t n = pieces_.size();
-  auto down = [&](size_t k) {
-    backend_.copy_async(part(grads, pieces_[k]), stage(grad_stage_[k % 2], DType::F32, pieces_[k].numel()));
-  };
-  auto up = [&](size_t k) {
-    backend_.copy_async(stage(work_stage_[k % 2], work_, pieces_[k].numel()), part(working, pieces_[k]));
-  };
-  if (n > 0) down(0);
+  float* master = static_cast<float*>(master_.data());
+  float* m = optimizer.exp_avg().f32();
+  float* v = optimizer.exp_avg_sq().f32();
+  if (n > 0) down(grads, 0);
   for (size_t k = 0; k < n; ++k) {
     // Piece k's gradient has landed, and piece k - 2's parameters have left its staging buffer.
     backend_.synchronize();
-    if (k > 0) up(k - 1);
-    if (k + 1 < n) down(k + 1);
-    const FlatRange& p = pieces_[k];
-    optimizer.update_piece(p.begin, p.numel(), master() + p.begin, static_cast<const float*>(grad_stage_[k % 2].data()),
-                           work_stage_[k % 2].data(), work_);
+    if (k > 0) up(working, k - 1);
+    if (k + 1 < n) down(grads, k + 1);
+    const int64_t at = pieces_[k].begin;
+    update_piece(optimizer, k, master + at, m + at, v + at);
   }
-  if (n > 0) up(n - 1);
+  if (n > 0) up(working, n - 1);
   backend_.synchronize();
 }
 
-void HostOptimizerState::upload(Tensor working) {
+float* HostOptimizerState::state(StateKind kind, AdamW& optimizer, bool for_loading) {
+  if (files_) return file_state(kind, for_loading);
+  switch (kind) {
+    case StateKind::Params: return static_cast<float*>(master_.data());
+    case StateKind::ExpAvg: return optimizer.exp_avg().f32();
+    case StateKind::ExpAvgSq: return optimizer.exp_avg_sq().f32();
+  }
+  return nullptr;
+}
+
+void HostOptimizerState::loaded(Tensor working) {
+  if (files_) commit_copies();
+  // The master rounded into the working shard, piece by piece through the staging buffers.
   for (size_t k = 0; k < pieces_.size(); ++k) {
     if (k >= 2) backend_.synchronize();  // the staging buffer's last upload has left
     const FlatRange& p = pieces_[k];
-    convert_elements(master() + p.begin, DType::F32, work_stage_[k % 2].data(), work_, static_cast<size_t>(p.numel()));
-    backend_.copy_async(stage(work_stage_[k % 2], work_, p.numel()), part(working, p));
+    convert_elements(master_of(k), DType::F32, work_stage_[k % 2].data(), work_, static_cast<size_t>(p.numel()));
+    up(working, k);
   }
   backend_.synchronize();
+  release_copies();
 }
 
-int64_t HostOptimizerState::host_bytes() const {
-  return estimate_host_bytes(shard_numel_, settings_.max_piece, work_);
+const float* HostOptimizerState::master_of(size_t k) const {
+  if (files_) return file_master(k);
+  return static_cast<const float*>(master_.data()) + pieces_[k].begin;
 }
 
-int64_t HostOptimizerState::estimate_host_bytes(int64_t shard_numel, int64_t max_piece, DType work) {
-  return 3 * shard_numel * 4 + 2 * staging_elements(shard_numel, max_piece) * (4 + static_cast<int64_t>(dtype_size(work)));
+void HostOptimizerState::add_to(MemoryRecord& record) const { estimate(settings_, shard_numel_, work_, record); }
+
+void HostOptimizerState::estimate(const OffloadSettings& settings, int64_t shard_numel, DType work,
+                                  MemoryRecord& record) {
+  const int64_t piece = offload_staging_elements(shard_numel, settings.max_piece);
+  record.host += 2 * piece * (4 + static_cast<int64_t>(dtype_size(work)));  // staging each way
+  if (settings.nvme_path.empty()) {
+    record.host += 3 * shard_numel * 4;
+    return;
+  }
+  record.nvme += 3 * shard_numel * 4;
+  record.host += std::max(2, settings.buffer_count) * align_up(3 * piece * 4);  // the file's buffers
 }
 
 }  // namespace strata

@@ -94,7 +94,7 @@ void ShardedParams::refresh_working(bool working_current) {
   store_->invalidate_params();  // before the cast or upload: gathers read the working shard
   if (working_current) return;
   if (host_) {
-    host_->upload(store_->gather_source());
+    host_->loaded(store_->gather_source());
   } else if (settings_.precision != DType::F32) {
     backend_.cast(store_->params(), store_->working_params());
   }
@@ -104,14 +104,18 @@ std::vector<FlatSpan> ShardedParams::owned_spans(float* shard) const {
   return spans_of(partition_->owned_runs(), nullptr, shard);
 }
 
+std::vector<FlatSpan> ShardedParams::host_spans(StateKind kind, bool for_loading) {
+  std::vector<FlatSpan> spans = owned_spans(host_->state(kind, *optimizer_, for_loading));
+  for (FlatSpan& span : spans) span.on_host = true;
+  return spans;
+}
+
+std::vector<FlatSpan> ShardedParams::held_spans(StateKind kind) {
+  return host_ ? host_spans(kind, true) : saved_spans(kind);
+}
+
 std::vector<FlatSpan> ShardedParams::saved_spans(StateKind kind) {
-  if (host_) {
-    std::vector<FlatSpan> spans = owned_spans(kind == StateKind::Params   ? host_->master()
-                                              : kind == StateKind::ExpAvg ? optimizer_->exp_avg().f32()
-                                                                          : optimizer_->exp_avg_sq().f32());
-    for (FlatSpan& span : spans) span.on_host = true;
-    return spans;
-  }
+  if (host_) return host_spans(kind, false);
   switch (kind) {
     case StateKind::Params: return owned_spans(store_->params().f32());
     case StateKind::ExpAvg: return owned_spans(optimizer_->exp_avg().f32());
@@ -128,7 +132,7 @@ MemoryRecord ShardedParams::memory() const {
   m.grads = partition_->shard_numel() * static_cast<int64_t>(sizeof(float));
   m.optimizer = host_ ? 0 : static_cast<int64_t>(optimizer_->state_bytes()) + store_->master_param_bytes();
   m.workspace = store_->workspace_bytes();
-  if (host_) m.host = host_->host_bytes();
+  if (host_) host_->add_to(m);
   return m;
 }
 
@@ -138,7 +142,7 @@ MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const Lay
   m.params = size.shard * w + plan.persistent_elements * w;  // the shard, and the groups kept whole
   m.grads = size.shard * f;
   if (settings.offload.optimizer) {
-    m.host = HostOptimizerState::estimate_host_bytes(size.shard, settings.offload.max_piece, settings.precision);
+    HostOptimizerState::estimate(settings.offload, size.shard, settings.precision, m);
   } else {
     m.optimizer = 2 * size.shard * f + (settings.precision != DType::F32 ? size.shard * f : 0);
   }

@@ -172,7 +172,7 @@ void ShardedState::update(float lr, float grad_multiplier) {
 void ShardedState::refresh_working(bool working_current) {
   const DType work = settings_.precision;
   if (host_ && !working_current) {
-    host_->upload(working_shard());
+    host_->loaded(working_shard());
   } else if (mixed() && !working_current) {
     backend_.cast(shard_view(param_shard_), working_shard());
   }
@@ -190,15 +190,14 @@ void ShardedState::refresh_working(bool working_current) {
   *comm_wait_ += wait.seconds();
 }
 
+std::vector<FlatSpan> ShardedState::host_spans(StateKind kind, bool for_loading) {
+  std::vector<FlatSpan> spans = owned_spans(nullptr, host_->state(kind, *optimizer_, for_loading));
+  for (FlatSpan& span : spans) span.on_host = true;
+  return spans;
+}
+
 std::vector<FlatSpan> ShardedState::saved_spans(StateKind kind) {
-  if (host_) {
-    float* state = kind == StateKind::Params   ? host_->master()
-                   : kind == StateKind::ExpAvg ? optimizer_->exp_avg().f32()
-                                               : optimizer_->exp_avg_sq().f32();
-    std::vector<FlatSpan> spans = owned_spans(nullptr, state);
-    for (FlatSpan& span : spans) span.on_host = true;
-    return spans;
-  }
+  if (host_) return host_spans(kind, false);
   switch (kind) {
     // fp32: the model's flat parameters are the master; mixed: the shard.
     case StateKind::Params:
@@ -211,6 +210,7 @@ std::vector<FlatSpan> ShardedState::saved_spans(StateKind kind) {
 
 std::vector<FlatSpan> ShardedState::held_spans(StateKind kind) {
   if (kind == StateKind::Params && model_holds_master()) return {{0, numel(), flat_params()}};
+  if (host_) return host_spans(kind, true);
   return saved_spans(kind);
 }
 
@@ -233,7 +233,7 @@ MemoryRecord ShardedState::memory() const {
   } else {
     m.workspace += shard * f;
   }
-  if (host_) m.host = host_->host_bytes();
+  if (host_) host_->add_to(m);
   m.workspace += static_cast<int64_t>(chunk_scratch_.bytes());  // stage 2 under PP: one group's reduction
   m.workspace += twin_bytes() + static_cast<int64_t>(shard_twin_.bytes());  // 16-bit comm_dtype
   return m;
@@ -247,7 +247,7 @@ MemoryRecord ShardedState::estimate(const ShardingSettings& settings, const Layo
   m.grads = every ? size.shard * f : size.padded * f;
   m.optimizer = settings.offload.optimizer ? 0 : 2 * size.shard * f + (mixed ? size.shard * f : 0);
   if (settings.offload.optimizer)
-    m.host = HostOptimizerState::estimate_host_bytes(size.shard, settings.offload.max_piece, settings.precision);
+    HostOptimizerState::estimate(settings.offload, size.shard, settings.precision, m);
   m.workspace = (every ? size.padded * f + size.shard * f : size.shard * f) + size.shard * (mixed ? w : f);
   // Under a pipeline, stage 2 reduces one group at a time through a scratch of the widest.
   if (every && settings.pipelined) m.workspace += std::max(size.embedding_group, size.widest_group) * f;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/comm.h"
@@ -109,9 +110,10 @@ struct FlatSpan {
 // activations: the models' arenas (under pipeline parallelism one per chunk and in-flight
 // slot), which the engine adds to what its strategy reports. host: what offloading keeps in
 // host memory instead (state and staging), outside the device's total.
+// nvme: the state offloaded to files (its bytes; each file rounds its pieces up to 4 KiB).
 struct MemoryRecord {
   int64_t params = 0, grads = 0, optimizer = 0, workspace = 0, activations = 0;
-  int64_t host = 0;
+  int64_t host = 0, nvme = 0;
   int64_t total() const { return params + grads + optimizer + workspace + activations; }
 };
 
@@ -133,12 +135,16 @@ struct Stage3Bounds {
 // offload_optimizer.device cpu on a device backend (stages 1-3): the shard's fp32 master and
 // Adam's moments live in host memory and the update runs there (the host AdamW), piece by piece
 // of the shard while the next piece's gradient comes down and the last one's parameters go up.
+// With nvme_path set (offload_optimizer.device nvme, on any backend) the state lives in a file
+// there instead, read a few pieces ahead and written behind through buffer_count buffers.
 struct OffloadSettings {
   bool optimizer = false;
-  bool pinned = false;  // pin_memory: the host state page-locked
+  bool pinned = false;  // pin_memory: the host state (or, on nvme, its buffers) page-locked
   int threads = 1;      // the host AdamW's threads
-  // The longest piece (elements); pieces follow the partition's units (buckets, layer groups).
+  // The longest piece (elements); pieces are the shard's owned runs cut to this length.
   int64_t max_piece = int64_t{1} << 22;
+  std::string nvme_path;  // non-empty: the state in a file in this directory
+  int buffer_count = 4;   // nvme: pieces of state in host memory at once (at least 2)
 };
 
 struct ShardingSettings {
@@ -229,6 +235,8 @@ class ShardingStrategy {
   virtual std::vector<FlatSpan> gradient_spans() = 0;
   // Everything but the activations.
   virtual MemoryRecord memory() const = 0;
+  // Spans handed out for saving may be copies (state offloaded to files): frees them.
+  virtual void release_state_copies() {}
 
  protected:
   ShardingStrategy() = default;

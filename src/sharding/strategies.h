@@ -17,31 +17,52 @@ struct LayoutSize {
   int64_t n = 0, padded = 0, shard = 0, embedding_group = 0, widest_group = 0;
 };
 
-// Offloaded optimizer state (OffloadSettings): the shard's fp32 master in host memory beside the
-// host AdamW's moments, and the update run there piece by piece. The device keeps the reduced
-// gradient shard and the working shard (the parameters rounded to the model's dtype, or fp32).
-// One stream carries both copies: each wait lets the next piece's gradient come down and the
-// last piece's parameters go up while the host updates the current piece.
+// Offloaded optimizer state (OffloadSettings): the shard's fp32 master and Adam's moments in
+// host memory, or in a file on a fast disk (nvme), and the update run on the host piece by
+// piece. The device keeps the reduced gradient shard and the working shard (the parameters
+// rounded to the model's dtype, or fp32). One stream carries both copies: each wait lets the next
+// piece's gradient come down and the last piece's parameters go up while the host updates the
+// current piece; on nvme the file is read a few pieces ahead and written behind as well.
 class HostOptimizerState {
  public:
   // The pieces are the shard's owned runs (padding never travels), cut to at most
   // settings.max_piece; `work` is the working shard's dtype.
   HostOptimizerState(Backend& backend, const OffloadSettings& settings, const std::vector<OwnedRun>& runs,
                      int64_t shard_numel, DType work);
-  // The AdamW whose moments live beside the master.
+  ~HostOptimizerState();
+  // The AdamW whose moments live beside the master (or with it in the file).
   std::unique_ptr<AdamW> make_optimizer(const AdamWSettings& settings, std::vector<ParamRange> ranges) const;
-  float* master() const { return static_cast<float*>(master_.data()); }
   // AdamW on the master from the device's reduced shard `grads` × grad_multiplier; `working`
   // (device, laid out like grads) receives the updated master rounded to its dtype.
   void update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier);
-  // working = the master rounded (after init or a load).
-  void upload(Tensor working);
-  // Host bytes: the master, the moments, two pieces' staging each way.
-  int64_t host_bytes() const;
-  static int64_t estimate_host_bytes(int64_t shard_numel, int64_t max_piece, DType work);
+  // Host memory laid out like the shard holding `kind`: the state itself, or on nvme a copy
+  // (read from the file for saving; zeros to be filled for loading), kept until
+  // release_copies() or loaded().
+  float* state(StateKind kind, AdamW& optimizer, bool for_loading);
+  void release_copies();
+  // After what state(…, true) handed out was written (init, load): on nvme into the file; then
+  // working = the master rounded.
+  void loaded(Tensor working);
+  // host: the master and moments (or the file's buffers) and the staging; nvme: the state's
+  // bytes in the file.
+  void add_to(MemoryRecord& record) const;
+  static void estimate(const OffloadSettings& settings, int64_t shard_numel, DType work, MemoryRecord& record);
 
  private:
+  struct Files;
   Tensor stage(const Buffer& buffer, DType dtype, int64_t count) const;
+  // The transfers and the update of piece k: its master, moments from m/v pointers.
+  void update_memory(AdamW& optimizer, Tensor grads, Tensor working);
+  void update_files(AdamW& optimizer, Tensor grads, Tensor working);
+  void down(Tensor grads, size_t k);
+  void up(Tensor working, size_t k);
+  void update_piece(AdamW& optimizer, size_t k, float* master, float* m, float* v);
+  const float* master_of(size_t k) const;
+  // nvme (host_optimizer_files.cpp).
+  void open_files();
+  float* file_state(StateKind kind, bool for_loading);
+  void commit_copies();
+  const float* file_master(size_t k) const;
   Backend& backend_;
   OffloadSettings settings_;
   DType work_;
@@ -49,9 +70,15 @@ class HostOptimizerState {
   std::vector<FlatRange> pieces_;  // of the shard, in order
   std::unique_ptr<ThreadPool> pool_;
   HostPlacement placement_;
-  Buffer master_;
+  Buffer master_;  // in host memory (not on nvme)
   Buffer grad_stage_[2], work_stage_[2];  // page-locked, one piece each
+  std::unique_ptr<Files> files_;          // nvme
 };
+
+// The pieces HostOptimizerState updates in turn: the owned runs (real elements only: padding
+// never travels), cut to at most max_piece; and the elements of a staging buffer.
+std::vector<FlatRange> offload_pieces(const std::vector<OwnedRun>& runs, int64_t max_piece);
+int64_t offload_staging_elements(int64_t shard_numel, int64_t max_piece);
 
 // Stages 0-2: every parameter in one flat store (padded to a multiple of DP), the gradient
 // reduced in buckets, last bucket first, as backward completes them (with overlap) or after it.
@@ -171,6 +198,9 @@ class ShardedState final : public FlatStrategy {
   std::vector<FlatSpan> saved_spans(StateKind kind) override;
   std::vector<FlatSpan> held_spans(StateKind kind) override;
   std::vector<FlatSpan> gradient_spans() override { return owned_spans(nullptr, grads().f32()); }
+  void release_state_copies() override {
+    if (host_) host_->release_copies();
+  }
   MemoryRecord memory() const override;
   static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size, bool every_micro_batch);
 
@@ -183,6 +213,7 @@ class ShardedState final : public FlatStrategy {
   Tensor reduction_output(const PartitionUnit& u) const;
   // The shard the all-gather reads: the rounded master (mixed) or the fp32 parameters.
   Tensor working_shard() const;
+  std::vector<FlatSpan> host_spans(StateKind kind, bool for_loading);
   bool every_micro_batch_;
   bool pending_ = false;  // stage 2: recv_ holds a micro-batch's reduction to accumulate
   bool widen_ = false;    // 16-bit comm_dtype: shard_twin_ holds reductions still to widen
@@ -216,14 +247,18 @@ class ShardedParams final : public ShardingStrategy {
   void update(float lr, float grad_multiplier) override;
   void params_loaded() override { refresh_working(false); }
   std::vector<FlatSpan> saved_spans(StateKind kind) override;
-  std::vector<FlatSpan> held_spans(StateKind kind) override { return saved_spans(kind); }
+  std::vector<FlatSpan> held_spans(StateKind kind) override;
   std::vector<FlatSpan> gradient_spans() override;
+  void release_state_copies() override {
+    if (host_) host_->release_copies();
+  }
   MemoryRecord memory() const override;
   static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size, const Stage3Plan& plan);
 
  private:
   void refresh_working(bool working_current);
   std::vector<FlatSpan> owned_spans(float* shard) const;
+  std::vector<FlatSpan> host_spans(StateKind kind, bool for_loading);
   Backend& backend_;
   ShardingSettings settings_;
   std::unique_ptr<FlatPartition> partition_;

@@ -3,10 +3,14 @@
 // reference on a sample; then one fused step over N parameters is timed per instruction set
 // and thread count, beside the node's own streaming bandwidth (a += b over the same pool),
 // which bounds it: a step moves 28 bytes per parameter (reads p, g, m, v; writes p, m, v).
+// With --nvme-path, the offload file's write and read rates there too.
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <cstring>
+#include <future>
+#include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -105,6 +109,32 @@ double best_seconds(int rounds, Fn fn) {
   return best;
 }
 
+// GB/s of writing, then reading, `bytes` of a DirectFile in `dir` the way offloaded state moves:
+// 12 MiB records, up to three requests in flight.
+std::pair<double, double> time_direct_io(const std::string& dir, int64_t bytes) {
+  const int64_t record = int64_t{12} << 20, records = std::max<int64_t>(1, bytes / record);
+  DirectFile file(dir, "adam-check", records * record);
+  std::vector<AlignedBuffer> ring;
+  for (int k = 0; k < 4; ++k) ring.push_back(allocate_aligned(static_cast<size_t>(record)));
+  double gbs[2] = {0, 0};
+  for (int writing = 1; writing >= 0; --writing) {
+    std::vector<std::future<void>> flight(ring.size());
+    const Timer t;
+    for (int64_t r = 0; r < records; ++r) {
+      std::future<void>& slot = flight[static_cast<size_t>(r) % ring.size()];
+      if (slot.valid()) slot.get();
+      char* buffer = ring[static_cast<size_t>(r) % ring.size()].get();
+      slot = writing ? file.write(r * record, buffer, static_cast<size_t>(record))
+                     : file.read(r * record, buffer, static_cast<size_t>(record));
+    }
+    for (std::future<void>& f : flight) {
+      if (f.valid()) f.get();
+    }
+    gbs[writing] = static_cast<double>(records * record) / t.seconds() / 1e9;
+  }
+  return {gbs[1], gbs[0]};
+}
+
 }  // namespace
 
 int run_adam_check(const AdamCheckOptions& options) {
@@ -151,6 +181,13 @@ int run_adam_check(const AdamCheckOptions& options) {
                  host_simd_name(simd), t, t == 1 ? " " : "s", s * 1e3, per_s / 1e6, gbs, 100.0 * gbs / stream_gbs);
       json += fmt::format(", \"{}_t{}_params_per_s\": {:.0f}", host_simd_name(simd), t, per_s);
     }
+  }
+  if (!options.nvme_path.empty()) {
+    const auto [write_gbs, read_gbs] = time_direct_io(options.nvme_path, options.nvme_bytes);
+    fmt::print("adam-check: offload file in {}: write {:.2f} GB/s, read {:.2f} GB/s (O_DIRECT, 12 MiB records, "
+               "3 in flight)\n",
+               options.nvme_path, write_gbs, read_gbs);
+    json += fmt::format(", \"nvme_write_gbs\": {:.3f}, \"nvme_read_gbs\": {:.3f}", write_gbs, read_gbs);
   }
   fmt::print("{}}}\n", json);
   return all_exact ? 0 : kExitDeviceFailure;

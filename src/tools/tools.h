@@ -3,6 +3,7 @@
 // (the host AdamW) and the kernels (`info` queries the GPUs), and nothing below includes them.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "comm/comm.h"
 
@@ -32,10 +33,13 @@ int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options);
 // reference, then timed (parameters/s, GB/s at 28 bytes per parameter) beside the node's
 // streaming bandwidth; the last line is the figures as JSON. Returns 0, or
 // kExitDeviceFailure when a result was wrong.
+// nvme_path: also time writing and reading nvme_bytes of an offload file there.
 struct AdamCheckOptions {
   int64_t params = 50000000;
   int threads = 0;  // 0: every core
   int rounds = 5;
+  std::string nvme_path;
+  int64_t nvme_bytes = int64_t{1} << 30;
 };
 int run_adam_check(const AdamCheckOptions& options);
 

@@ -30,6 +30,16 @@ int64_t host_available_bytes() {
 
 }  // namespace
 
+int64_t process_rss_bytes(bool peak) {
+  const char* key = peak ? "VmHWM:" : "VmRSS:";
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
 namespace {
 
 // One pipeline stage's ranks (the whole model without PP): the chunks it holds, as the engine

@@ -58,7 +58,14 @@ EngineSettings engine_settings_from_config(const Config& cfg, Device device, int
   s.sharding.adamw = adamw_from_config(cfg);
   s.sharding.comm_dtype = cfg.communication_data_type;
   const OffloadConfig& offload = z.offload_optimizer;
-  s.sharding.offload.optimizer = offload.device == OffloadDevice::Cpu && device != Device::CPU;
+  // Host memory is where a CPU backend keeps its state anyway; a file is real on any backend.
+  s.sharding.offload.optimizer =
+      (offload.device == OffloadDevice::Cpu && device != Device::CPU) || offload.device == OffloadDevice::Nvme;
+  if (offload.device == OffloadDevice::Nvme) {
+    s.sharding.offload.nvme_path = offload.nvme_path;
+    s.sharding.offload.buffer_count = offload.buffer_count;
+    s.sharding.offload.max_piece = int64_t{1} << 20;  // 12 MiB records: large transfers, few in memory
+  }
   s.sharding.offload.pinned = offload.pin_memory;
   const int cores = host_threads_per_rank(0, ranks_on_node);
   s.sharding.offload.threads = std::max(1, static_cast<int>(std::lround(offload.cpuadam_cores_perc * cores)));

@@ -51,6 +51,9 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads);
 // (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline
 // stage that needs the most.
 MemoryRecord estimate_rank_memory(const Config& cfg, Device device);
+// The resident memory of this process now (VmRSS), or the most it has held (peak: VmHWM), in
+// bytes; 0 where not known.
+int64_t process_rss_bytes(bool peak);
 // UserError naming the estimate and what the rank has, when it does not fit the rank's share of
 // its GPU's free memory (or, on the CPU, of its node's available memory).
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device);

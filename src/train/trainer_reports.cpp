@@ -50,9 +50,13 @@ void Trainer::log_banner() {
   }
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).sharding.overlap_comm ? " (reductions overlap backward)" : "");
-  if (cfg_.zero_optimization.offload_optimizer.device == OffloadDevice::Cpu) {
+  if (cfg_.zero_optimization.offload_optimizer.device != OffloadDevice::None) {
     const OffloadSettings o = engine_settings_from_config(cfg_, backend_.device(), mpi_.local_size()).sharding.offload;
-    if (o.optimizer) {
+    if (!o.nvme_path.empty()) {
+      log_info("offload: optimizer state (fp32 master, Adam moments) in a file in {} (O_DIRECT, {} pieces in host "
+               "memory at once); host AdamW {} x {} thread(s)",
+               o.nvme_path, std::max(2, o.buffer_count), host_simd_name(host_simd_best()), o.threads);
+    } else if (o.optimizer) {
       log_info("offload: optimizer state (fp32 master, Adam moments) in {} host memory; host AdamW {} x {} thread(s)",
                o.pinned ? "page-locked" : "pageable", host_simd_name(host_simd_best()), o.threads);
     } else {
@@ -71,7 +75,8 @@ void Trainer::report_memory() {
   const std::vector<double> mine = {static_cast<double>(mem.params),    static_cast<double>(mem.grads),
                                     static_cast<double>(mem.optimizer), static_cast<double>(mem.workspace),
                                     static_cast<double>(mem.activations), static_cast<double>(act.per_layer),
-                                    static_cast<double>(act.shared), static_cast<double>(mem.host)};
+                                    static_cast<double>(act.shared), static_cast<double>(mem.host),
+                                    static_cast<double>(mem.nvme)};
   const std::vector<double> all = all_gather_doubles(topology_.world(), mine);
   nlohmann::json ranks = nlohmann::json::array();
   log_info("memory per rank (ZeRO stage {}, DP {}, TP {}{}, recompute {}):", cfg_.zero_optimization.stage,
@@ -92,8 +97,11 @@ void Trainer::report_memory() {
                      {"activations", bytes(4)},
                      {"activations_per_layer", bytes(5)},
                      {"activations_shared", bytes(6)},
-                     {"host", bytes(7)}});
-    if (bytes(7) > 0) log_info("  {:>4} host memory (offloaded optimizer state and its staging): {}", r, bytes_text(bytes(7)));
+                     {"host", bytes(7)},
+                     {"nvme", bytes(8)}});
+    if (bytes(7) > 0)
+      log_info("  {:>4} offloaded optimizer state: {} in host memory (with its staging){}", r, bytes_text(bytes(7)),
+               bytes(8) > 0 ? fmt::format(", {} in its file", bytes_text(bytes(8))) : std::string());
   }
   // The start-up check's estimate (before allocation, the stage that needs the most), beside.
   const MemoryRecord e = estimate_rank_memory(cfg_, backend_.device());
@@ -104,7 +112,8 @@ void Trainer::report_memory() {
                     {"optimizer", e.optimizer},
                     {"workspace", e.workspace},
                     {"activations", e.activations},
-                    {"host", e.host}}},
+                    {"host", e.host},
+                    {"nvme", e.nvme}}},
                   {"zero_stage", cfg_.zero_optimization.stage},
                   {"dp", cfg_.derived.dp_size},
                   {"tp", cfg_.derived.tp_size},
@@ -148,6 +157,19 @@ void Trainer::describe_devices() {
 // The allocator's figures after the first step (every buffer and the largest transient
 // scratch exist by then): the most any rank allocated, and rank 0's view of its device.
 void Trainer::report_device_memory() {
+  // The host's figures first, on every backend: what offloading to files keeps out of memory
+  // (resident now, after the first step), and the most any rank held so far (loading a
+  // checkpoint or the initial weights into offloaded state passes through host copies).
+  const std::vector<double> rss = all_gather_doubles(
+      topology_.world(), {static_cast<double>(process_rss_bytes(false)), static_cast<double>(process_rss_bytes(true))});
+  double rss_now = 0, rss_peak = 0;
+  for (size_t i = 0; i + 1 < rss.size(); i += 2) {
+    rss_now = std::max(rss_now, rss[i]);
+    rss_peak = std::max(rss_peak, rss[i + 1]);
+  }
+  metrics_.write({{"type", "host_memory"},
+                  {"rss_max", static_cast<int64_t>(rss_now)},
+                  {"rss_peak_max", static_cast<int64_t>(rss_peak)}});
   if (backend_.device() == Device::CPU) return;
   const MemoryStats mine = backend_.memory_stats();
   const std::vector<double> all = all_gather_doubles(

@@ -8,8 +8,12 @@
 # interleaved, the 8-rank DP 2 x TP 2 x PP 2 grid. The memory record moves the optimizer bytes
 # to host (record = estimate), and the device allocator's peak drops by them. Checkpoints saved
 # with offload resume without it and on another layout, and the reverse, bit for bit with each
-# other. On the CPU backend offload is a no-op that says so. Stage 0, nvme, offload_param and
-# offloaded state larger than the node's memory are refused before the first step.
+# other. On the CPU backend offload is a no-op that says so. offload_optimizer.device nvme keeps
+# the state in a file under nvme_path (read ahead and written behind in O_DIRECT pieces), on the
+# simulated device and on the CPU backend alike, bit for bit too; no file is left behind, and
+# the peak resident memory drops by the state that left it. Stage 0, offload_param, offloaded
+# state larger than the node's memory, a missing or unwritable nvme_path and a file that cannot
+# be reserved are refused before the first step.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 
@@ -25,7 +29,8 @@ run() {
     --config "$WORK/$name.yaml" --set zero_optimization.reduce_bucket_size=3000 "$@"
 }
 
-# pair NAME NP [--set ...]: the same run on the simulated device without and with offload.
+# pair NAME NP [--set ...]: the same run on the simulated device without and with offload to
+# host memory, and (trio) to a file as well.
 pair() {
   local name="$1" np="$2"; shift 2
   run "${name}_none" "$np" 1 -- "$@"
@@ -33,17 +38,27 @@ pair() {
   expect_contains "$OUT" "offload: optimizer state (fp32 master, Adam moments) in"
   names+=("$name")
 }
+trio() {
+  pair "$@"
+  local name="$1" np="$2"; shift 2
+  run "${name}_nvme" "$np" 1 -- "$@" --set zero_optimization.offload_optimizer.device=nvme \
+    --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme" --set zero_optimization.offload_optimizer.buffer_count=2
+  expect_contains "$OUT" "in a file in $WORK/nvme (O_DIRECT, 2 pieces in host memory at once)"
+  nvme_names+=("$name")
+}
+mkdir -p "$WORK/nvme"
 
 names=()
+nvme_names=()
 fp16=(--set fp16.enabled=true --set fp16.initial_scale_power=26 --set fp16.hysteresis=1)
-pair z1_fp32 2 --set zero_optimization.stage=1
+trio z1_fp32 2 --set zero_optimization.stage=1
 pair z1_bf16 2 --set zero_optimization.stage=1 --set bf16.enabled=true
-pair z2_fp16 2 --set zero_optimization.stage=2 "${fp16[@]}"
+trio z2_fp16 2 --set zero_optimization.stage=2 "${fp16[@]}"
 pair z2_bf16_pinned 2 --set zero_optimization.stage=2 --set bf16.enabled=true \
   --set zero_optimization.offload_optimizer.pin_memory=true
 expect_contains "$OUT" "in page-locked host memory"
 pair z3_fp32 2 --set zero_optimization.stage=3
-pair z3_bf16 2 --set zero_optimization.stage=3 --set bf16.enabled=true
+trio z3_bf16 2 --set zero_optimization.stage=3 --set bf16.enabled=true
 pair z3_fp16 2 --set zero_optimization.stage=3 "${fp16[@]}"
 pair tp2_sp_z1 2 --set parallelism.tensor_model_parallel_size=2 --set parallelism.sequence_parallel=true \
   --set zero_optimization.stage=1 --set bf16.enabled=true
@@ -54,29 +69,45 @@ pair pp2_interleaved_z2 4 "${pp2[@]}" --set parallelism.pipeline.schedule=interl
 pair grid8_z3 8 "${pp2[@]}" --set parallelism.tensor_model_parallel_size=2 --set parallelism.sequence_parallel=true \
   --set zero_optimization.stage=3 --set bf16.enabled=true
 
-# The CPU backend: accepted, said to be a no-op, the same numbers.
+# The CPU backend: cpu is accepted and said to be a no-op; nvme is real. The same numbers.
 run cpu_backend_none 2 0 -- --set zero_optimization.stage=1
 run cpu_backend_cpu 2 0 -- --set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=cpu
 expect_contains "$OUT" "offload: offload_optimizer cpu is a no-op on the CPU backend"
+run cpu_backend_nvme 2 0 -- --set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=nvme \
+  --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
+[ -z "$(ls -A "$WORK/nvme")" ] || fail "offload files left behind: $(ls "$WORK/nvme")"
+# Resident memory: a 12.6M-parameter model on one rank (CPU backend, ZeRO 1, fp32) keeps its
+# optimizer state (8 bytes per parameter, and the 4-byte master's second copy) out of memory on
+# nvme: the resident memory after the first step drops by about what left, less the file's
+# buffers.
+big=(--set model.n_layer=4 --set model.d_model=512 --set model.n_head=8 --set zero_optimization.stage=1
+  --set train.iters=2 --set gradient_accumulation_steps=1)
+run rss_none 1 0 -- "${big[@]}"
+run rss_nvme 1 0 -- "${big[@]}" --set zero_optimization.offload_optimizer.device=nvme \
+  --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme" --set zero_optimization.offload_optimizer.buffer_count=2
 
-# Checkpoints: saved at step 4 with offload (ZeRO 2, DP 2) and without; each resumed without
-# and with offload on the same layout, and on another (ZeRO 3, DP 4).
+# Checkpoints: saved at step 4 with offload (ZeRO 2, DP 2) and without; resumed without and with
+# offload (host memory, file) on the same layout, and on another (ZeRO 3, DP 4).
 save="checkpoint: {dir: \"$WORK/ckpt_off\", save_interval: 4}"
 run ck_off 2 1 "$save" -- --set zero_optimization.stage=2 --set bf16.enabled=true \
   --set zero_optimization.offload_optimizer.device=cpu
 run ck_on 2 1 "checkpoint: {dir: \"$WORK/ckpt_on\", save_interval: 4}" -- --set zero_optimization.stage=2 \
   --set bf16.enabled=true
-for from in off on; do
-  ck="checkpoint: {resume: \"$WORK/ckpt_$from/step_00000004\"}"
-  for to in none cpu; do
-    run "resume_${from}_${to}" 2 1 "$ck" -- --set zero_optimization.stage=2 --set bf16.enabled=true \
-      --set zero_optimization.offload_optimizer.device=$to
-    run "reshard_${from}_${to}" 4 1 "$ck" -- --set zero_optimization.stage=3 --set bf16.enabled=true \
-      --set gradient_accumulation_steps=1 --set zero_optimization.offload_optimizer.device=$to
-  done
-done
+# resume FROM TO NAME NP [--set ...]: the step-4 checkpoint of ck_FROM resumed with offload TO.
+resume() {
+  local from="$1" to="$2" name="$3" np="$4"; shift 4
+  run "$name" "$np" 1 "checkpoint: {resume: \"$WORK/ckpt_$from/step_00000004\"}" -- --set bf16.enabled=true \
+    --set zero_optimization.offload_optimizer.device="$to" --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme" "$@"
+}
+same=(--set zero_optimization.stage=2)
+other=(--set zero_optimization.stage=3 --set gradient_accumulation_steps=1)
+resume off none resume_off_none 2 "${same[@]}"
+resume on cpu resume_on_cpu 2 "${same[@]}"
+resume off nvme resume_off_nvme 2 "${same[@]}"
+resume off none reshard_off_none 4 "${other[@]}"
+resume on nvme reshard_on_nvme 4 "${other[@]}"
 
-PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" "${names[@]}" <<'PY'
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" "${names[@]}" --nvme "${nvme_names[@]}" <<'PY'
 import sys
 from equivalence import records, losses, train_values
 work, names = sys.argv[1], sys.argv[2:]
@@ -86,6 +117,23 @@ def same(a, b, what):
     la, lb = losses(path(a)), losses(path(b))
     if la != lb or not la:
         bad.append(f"{what}: {a} {la} != {b} {lb}")
+nvme_names = sys.argv[sys.argv.index("--nvme") + 1:] if "--nvme" in sys.argv else []
+names = names[:names.index("--nvme")] if "--nvme" in names else names
+for name in nvme_names + ["cpu_backend"]:
+    same(f"{name}_nvme", f"{name}_none", f"{name} on nvme")
+    nv, r0 = records(path(f"{name}_nvme"), "memory")[0], records(path(f"{name}_none"), "memory")[0]["ranks"][0]
+    n0 = nv["ranks"][0]
+    if any(n0[k] != v for k, v in nv["estimate"].items()):
+        bad.append(f"{name} on nvme: record {n0} != estimate {nv['estimate']}")
+    if n0["optimizer"] != 0 or n0["nvme"] < r0["optimizer"]:
+        bad.append(f"{name} on nvme: optimizer {n0['optimizer']} B, in the file {n0['nvme']} B")
+    print(f"{name:>20}: on nvme bit for bit; {n0['nvme']} B in the file, {n0['host']} B of host buffers")
+rss = [records(path(f"rss_{k}"), "host_memory")[0]["rss_max"] for k in ("none", "nvme")]
+mem = [records(path(f"rss_{k}"), "memory")[0]["ranks"][0] for k in ("none", "nvme")]
+left = mem[0]["optimizer"] + mem[0]["workspace"] - mem[1]["workspace"] - mem[1]["host"]
+print(f"resident memory after the first step {rss[0]} -> {rss[1]} B with nvme ({left} B of state left memory)")
+if rss[0] - rss[1] < 0.8 * left:
+    bad.append(f"nvme: the RSS dropped {rss[0] - rss[1]} B, expected about {left} B")
 for name in names + ["cpu_backend"]:
     same(f"{name}_cpu", f"{name}_none", name)
     none, cpu = (records(path(f"{name}_{k}"), "memory")[0] for k in ("none", "cpu"))
@@ -112,15 +160,14 @@ if not any(r["grad_norm"] > 1.0 for r in records(path("z1_bf16_cpu"), "train")):
     bad.append("clipping never active (gradient_clipping 1.0)")
 full = losses(path("ck_off"))
 if full != losses(path("ck_on")): bad.append("the checkpointed runs differ")
-for from_ in ("off", "on"):
-    for to in ("none", "cpu"):
-        got = losses(path(f"resume_{from_}_{to}"))
-        if sorted(got) != list(range(5, 9)) or any(got[s] != full[s] for s in got):
-            bad.append(f"resume {from_} -> {to}: {got} vs {full}")
-    other = [losses(path(f"reshard_{f}_{t}")) for f in ("off", "on") for t in ("none", "cpu")]
-if any(o != other[0] for o in other) or sorted(other[0]) != list(range(5, 9)):
+for name in ("resume_off_none", "resume_on_cpu", "resume_off_nvme"):
+    got = losses(path(name))
+    if sorted(got) != list(range(5, 9)) or any(got[s] != full[s] for s in got):
+        bad.append(f"{name}: {got} vs {full}")
+other = [losses(path(name)) for name in ("reshard_off_none", "reshard_on_nvme")]
+if other[0] != other[1] or sorted(other[0]) != list(range(5, 9)):
     bad.append(f"resharded resumes differ: {other}")
-print(f"resumes: bit for bit on the same layout; on DP 4 ZeRO 3 the four resumes agree bit for bit")
+print("resumes: bit for bit on the same layout; on DP 4 ZeRO 3 with and without offload alike")
 if bad:
     print("\n".join(bad)); sys.exit(1)
 PY
@@ -129,9 +176,23 @@ PY
 write_small_config "$WORK/bad.yaml" "$WORK/data"
 run_expect 2 "$STRATA" config "$WORK/bad.yaml" --set zero_optimization.offload_optimizer.device=cpu
 expect_contains "$OUT" "zero_optimization.offload_optimizer.device: cpu needs ZeRO stage 1, 2 or 3"
-run_expect 2 "$STRATA" config "$WORK/bad.yaml" --set zero_optimization.stage=1 \
-  --set zero_optimization.offload_optimizer.device=nvme
-expect_contains "$OUT" "offloading to nvme is not supported yet"
+run_expect 2 "$STRATA" train --config "$WORK/bad.yaml" --set zero_optimization.stage=1 \
+  --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path="$WORK/none"
+expect_contains "$OUT" "nvme_path '$WORK/none' is not a directory"
+chmod 500 "$WORK/nvme"
+if ! touch "$WORK/nvme/x" 2>/dev/null; then  # (root writes anywhere)
+  run_expect 2 "$STRATA" train --config "$WORK/bad.yaml" --set zero_optimization.stage=1 \
+    --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
+  expect_contains "$OUT" "nvme_path '$WORK/nvme': cannot create"
+fi
+rm -f "$WORK/nvme/x"
+chmod 700 "$WORK/nvme"
+# A file that cannot be reserved (here 0.28 GiB under a file-size limit of 64 MiB, which MPI's
+# own shared segments stay under; a full disk says the same, with the space free).
+run_expect 2 bash -c "ulimit -f 65536; exec \"$STRATA\" train --config \"$WORK/bad.yaml\" --set zero_optimization.stage=1 \
+  --set model.n_layer=8 --set model.d_model=512 --set model.n_head=8 --set zero_optimization.offload_optimizer.device=nvme \
+  --set zero_optimization.offload_optimizer.nvme_path=\"$WORK/nvme\""
+expect_contains "$OUT" "nvme_path '$WORK/nvme': cannot reserve 0.28 GiB for the offloaded optimizer"
 run_expect 2 "$STRATA" config "$WORK/bad.yaml" --set zero_optimization.stage=3 \
   --set zero_optimization.offload_param.device=cpu
 expect_contains "$OUT" "offloading to cpu is not supported yet"

@@ -240,8 +240,6 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                                  "1-2) is not supported yet"},
       {"zero_optimization.allgather_bucket_size=1e6", "zero_optimization.allgather_bucket_size: 1000000 differs "
                                                       "from reduce_bucket_size 500000000"},
-      {"zero_optimization.offload_optimizer.device=nvme", "zero_optimization.offload_optimizer.device: offloading "
-                                                           "to nvme is not supported yet"},
       {"zero_optimization.offload_param.device=nvme", "zero_optimization.offload_param.device: offloading to nvme "
                                                        "is not supported yet"},
       {"activation_checkpointing.cpu_checkpointing=true", "activation_checkpointing.cpu_checkpointing: true "
@@ -261,12 +259,16 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                  "optimizer state offloaded is each rank's shard of it); set zero_optimization.stage (set by --set "
                                  "zero_optimization.offload_optimizer.device)"});
   for (const char* stage : {"1", "2", "3"}) {
-    CHECK(problems(kTinyConfig,
-                   {std::string("zero_optimization.stage=") + stage, "zero_optimization.offload_optimizer.device=cpu",
-                    "zero_optimization.offload_optimizer.pin_memory=true",
-                    "zero_optimization.offload_optimizer.cpuadam_cores_perc=0.5"},
-                   2)
-              .empty());
+    for (const char* device : {"cpu", "nvme"}) {
+      CHECK(problems(kTinyConfig,
+                     {std::string("zero_optimization.stage=") + stage,
+                      std::string("zero_optimization.offload_optimizer.device=") + device,
+                      "zero_optimization.offload_optimizer.pin_memory=true",
+                      "zero_optimization.offload_optimizer.cpuadam_cores_perc=0.5",
+                      "zero_optimization.offload_optimizer.nvme_path=/tmp", "zero_optimization.offload_optimizer.buffer_count=2"},
+                     2)
+                .empty());
+    }
   }
   // The defaults of the same keys, and world sizes above 1, are accepted; so are tensor, sequence
   // and pipeline parallelism with every schedule and partition, and every recompute mode.
