@@ -63,11 +63,7 @@ void HostOptimizerState::update_files(AdamW& optimizer, Tensor grads, Tensor wor
     reads[k] = files_->file->read(files_->offset[k], record(k), files_->record_bytes(pieces_[k].numel()));
   };
   for (size_t k = 0; k + 1 < ring && k < n; ++k) read(k);
-  if (n > 0) down(grads, 0);
-  for (size_t k = 0; k < n; ++k) {
-    backend_.synchronize();  // as in update_memory: piece k's gradient is here
-    if (k > 0) up(working, k - 1);
-    if (k + 1 < n) down(grads, k + 1);
+  transfer_pieces(grads, working, [&](size_t k) {
     reads[k].get();
     const int64_t count = pieces_[k].numel();
     float* r = reinterpret_cast<float*>(record(k));
@@ -78,9 +74,7 @@ void HostOptimizerState::update_files(AdamW& optimizer, Tensor grads, Tensor wor
       if (k > 0) writes[k - 1].get();
       read(next);
     }
-  }
-  if (n > 0) up(working, n - 1);
-  backend_.synchronize();
+  });
   for (std::future<void>& w : writes) {
     if (w.valid()) w.get();
   }

@@ -3,6 +3,7 @@
 // pieces before and after run while the host computes one. (The nvme variant, whose state lives
 // in a file, is host_optimizer_files.cpp.)
 #include <algorithm>
+#include <functional>
 
 #include "core/direct_file.h"
 #include "sharding/strategies.h"
@@ -66,18 +67,24 @@ void HostOptimizerState::update(AdamW& optimizer, Tensor grads, Tensor working, 
 }
 
 void HostOptimizerState::update_memory(AdamW& optimizer, Tensor grads, Tensor working) {
-  const size_t n = pieces_.size();
   float* master = static_cast<float*>(master_.data());
   float* m = optimizer.exp_avg().f32();
   float* v = optimizer.exp_avg_sq().f32();
+  transfer_pieces(grads, working, [&](size_t k) {
+    const int64_t at = pieces_[k].begin;
+    update_piece(optimizer, k, master + at, m + at, v + at);
+  });
+}
+
+void HostOptimizerState::transfer_pieces(Tensor grads, Tensor working, const std::function<void(size_t)>& update_one) {
+  const size_t n = pieces_.size();
   if (n > 0) down(grads, 0);
   for (size_t k = 0; k < n; ++k) {
     // Piece k's gradient has landed, and piece k - 2's parameters have left its staging buffer.
     backend_.synchronize();
     if (k > 0) up(working, k - 1);
     if (k + 1 < n) down(grads, k + 1);
-    const int64_t at = pieces_[k].begin;
-    update_piece(optimizer, k, master + at, m + at, v + at);
+    update_one(k);
   }
   if (n > 0) up(working, n - 1);
   backend_.synchronize();

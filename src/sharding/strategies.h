@@ -51,7 +51,9 @@ class HostOptimizerState {
  private:
   struct Files;
   Tensor stage(const Buffer& buffer, DType dtype, int64_t count) const;
-  // The transfers and the update of piece k: its master, moments from m/v pointers.
+  // The transfers of every piece, one stream, around update_one(k), which updates piece k from
+  // grad_stage_[k % 2] into work_stage_[k % 2]; update_memory and update_files supply it.
+  void transfer_pieces(Tensor grads, Tensor working, const std::function<void(size_t)>& update_one);
   void update_memory(AdamW& optimizer, Tensor grads, Tensor working);
   void update_files(AdamW& optimizer, Tensor grads, Tensor working);
   void down(Tensor grads, size_t k);
