@@ -2,8 +2,8 @@
 // [q | k | v] with heads of head_dim contiguous elements. No T×T matrix is stored: the forward
 // saves lse (B, NH, T) and the backward recomputes probabilities tile by tile. Kernel families
 // behind the launchers: tensor-core kernels for bf16/fp16 at head_dim 64 and 128 (mma.sync,
-// attention_mma.cuh; the WMMA kernels they replace while STRATA_KERNELS=previous), and fp32
-// CUDA-core kernels for everything else; this header holds the host-side shape arithmetic.
+// attention_mma.cuh) and fp32 CUDA-core kernels for everything else; this header holds the
+// host-side shape arithmetic.
 #pragma once
 #include <cstdint>
 
@@ -46,20 +46,7 @@ inline size_t attention_backward_workspace_bytes(int64_t batch, int64_t heads, i
   return static_cast<size_t>(batch * heads * seq) * sizeof(float);
 }
 
-// ---- tensor-core path (WMMA) for bf16 / fp16 with head_dim 64 or 128 ----
-// A block owns 64 query (or key) rows; each of its 4 warps owns 16 of them. Products run as
-// 16×16×16 WMMA GEMMs with fp32 accumulators on 16-bit tiles in shared memory; softmax and
-// dS work is done by the threads on fp32 tiles and written back as 16-bit operands.
-constexpr int kWmmaTile = 64;
-constexpr int kWmmaWarps = 4;
-constexpr int kWmmaWarpRows = 16;  // one fragment tall
-constexpr int kWmmaThreads = 32 * kWmmaWarps;
-constexpr int kWmmaFragment = 16;  // WMMA m = n = k
-constexpr int kWmmaPad = 8;        // 16-bit elements (16 bytes) appended to every 16-bit tile row
-constexpr int kWmmaFloatPad = 4;   // floats appended to every fp32 tile row
-static_assert(kWmmaTile == kAttentionTile, "both paths share the tile grid of attention_tiles");
-static_assert(kWmmaWarps * kWmmaWarpRows == kWmmaTile, "the warps of a block cover its tile");
-
+// ---- tensor-core path for bf16 / fp16 with head_dim 64 or 128 ----
 // How bf16 probabilities and dS enter the tensor-core products. bf16 keeps 8 significant bits,
 // so a probability (or dS) rounded to one bf16 value errs by up to 2⁻⁹; summed over a thousand
 // keys that exceeds the 1e-2 the tests hold bf16 to. Split (what training uses): the operand
@@ -73,73 +60,6 @@ enum class AttentionBf16Operands : uint8_t { Split = 0, Rounded = 1 };
 // (every row of a head is then 16-byte aligned, so tiles move as 16-byte vectors).
 inline bool attention_uses_tensor_cores(ElemType type, int64_t head_dim, bool aligned) {
   return (type == ElemType::BF16 || type == ElemType::F16) && (head_dim == 64 || head_dim == 128) && aligned;
-}
-
-// Shared-memory layout of the three tensor-core kernels, in bytes from the dynamic base. Every
-// region starts on a 128-byte boundary (WMMA needs 32). Per-warp regions are kWmmaWarps copies.
-template <int kHeadDim>
-struct WmmaAttentionLayout {
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "tensor-core attention serves head_dim 64 and 128");
-  static constexpr int kTileLd = kHeadDim + kWmmaPad;           // (64, D) 16-bit tile row
-  static constexpr int kScoreLd = kWmmaTile + kWmmaFloatPad;    // (16, 64) fp32 scores of a warp
-  static constexpr int kProbLd = kWmmaTile + kWmmaPad;          // (16, 64) 16-bit probabilities of a warp
-  static constexpr int kChunkLd = kWmmaFragment + kWmmaFloatPad;  // (16, 16) fp32 chunk
-  static constexpr int kOperandLd = kWmmaFragment + kWmmaPad;     // (16, 16) 16-bit operand chunk
-  // Double-buffer the streamed tiles of the backward where two buffers still leave room for two
-  // blocks per SM (head_dim 64); head_dim 128 streams through one buffer.
-  static constexpr int kStages = kHeadDim <= 64 ? 2 : 1;
-
-  static constexpr size_t kTileBytes = size_t{kWmmaTile} * kTileLd * 2;
-  static constexpr size_t kWarpScoreBytes = size_t{kWmmaWarpRows} * kScoreLd * 4;
-  static constexpr size_t kWarpProbBytes = size_t{kWmmaWarpRows} * kProbLd * 2;
-  static constexpr size_t kChunkBytes = size_t{kWmmaWarpRows} * kChunkLd * 4;
-  static constexpr size_t kOperandBytes = size_t{kWmmaWarpRows} * kOperandLd * 2;
-  static constexpr size_t kRowStatBytes = size_t{kWmmaTile} * 4;  // lse or delta of a tile
-
-  // Forward: Q, K, V tiles; per warp the fp32 scores, probabilities hi and lo, a row-scale chunk.
-  static constexpr size_t kFwdQ = 0;
-  static constexpr size_t kFwdK = kFwdQ + kTileBytes;
-  static constexpr size_t kFwdV = kFwdK + kTileBytes;
-  static constexpr size_t kFwdScores = kFwdV + kTileBytes;
-  static constexpr size_t kFwdProbsHi = kFwdScores + kWmmaWarps * kWarpScoreBytes;
-  static constexpr size_t kFwdProbsLo = kFwdProbsHi + kWmmaWarps * kWarpProbBytes;
-  static constexpr size_t kFwdRowScale = kFwdProbsLo + kWmmaWarps * kWarpProbBytes;
-  static constexpr size_t kFwdBytes = kFwdRowScale + kWmmaWarps * kChunkBytes;
-
-  // dK/dV: resident K, V; streamed Q, dO, lse, delta (kStages each); per warp the S and dP
-  // chunks and the four operand chunks Pᵀ hi/lo and dSᵀ hi/lo.
-  static constexpr size_t kDkdvK = 0;
-  static constexpr size_t kDkdvV = kDkdvK + kTileBytes;
-  static constexpr size_t kDkdvQ = kDkdvV + kTileBytes;
-  static constexpr size_t kDkdvDout = kDkdvQ + kStages * kTileBytes;
-  static constexpr size_t kDkdvLse = kDkdvDout + kStages * kTileBytes;
-  static constexpr size_t kDkdvDelta = kDkdvLse + kStages * kRowStatBytes;
-  static constexpr size_t kDkdvChunks = kDkdvDelta + kStages * kRowStatBytes;
-  static constexpr size_t kDkdvOperands = kDkdvChunks + kWmmaWarps * 2 * kChunkBytes;
-  static constexpr size_t kDkdvBytes = kDkdvOperands + kWmmaWarps * 4 * kOperandBytes;
-
-  // dQ: resident Q, dO, lse, delta; streamed K, V (kStages each); per warp the S and dP chunks
-  // and the operand chunks dS hi/lo.
-  static constexpr size_t kDqQ = 0;
-  static constexpr size_t kDqDout = kDqQ + kTileBytes;
-  static constexpr size_t kDqLse = kDqDout + kTileBytes;
-  static constexpr size_t kDqDelta = kDqLse + kRowStatBytes;
-  static constexpr size_t kDqK = kDqDelta + kRowStatBytes;
-  static constexpr size_t kDqV = kDqK + kStages * kTileBytes;
-  static constexpr size_t kDqChunks = kDqV + kStages * kTileBytes;
-  static constexpr size_t kDqOperands = kDqChunks + kWmmaWarps * 2 * kChunkBytes;
-  static constexpr size_t kDqBytes = kDqOperands + kWmmaWarps * 2 * kOperandBytes;
-};
-
-// Dynamic shared memory of each tensor-core kernel (head_dim 64 or 128).
-inline size_t attention_wmma_forward_smem_bytes(int64_t head_dim) {
-  return head_dim == 64 ? WmmaAttentionLayout<64>::kFwdBytes : WmmaAttentionLayout<128>::kFwdBytes;
-}
-inline size_t attention_wmma_dkdv_smem_bytes(int64_t head_dim) {
-  return head_dim == 64 ? WmmaAttentionLayout<64>::kDkdvBytes : WmmaAttentionLayout<128>::kDkdvBytes;
-}
-inline size_t attention_wmma_dq_smem_bytes(int64_t head_dim) {
-  return head_dim == 64 ? WmmaAttentionLayout<64>::kDqBytes : WmmaAttentionLayout<128>::kDqBytes;
 }
 
 // out (B, T, C) and lse (B, NH, T) are overwritten; qkv and out share `type`. bf16_operands

@@ -9,8 +9,6 @@
 #include "attention.cuh"
 #include "attention_tiles.cuh"
 #include "attention_mma.cuh"
-#include "attention_wmma.cuh"
-#include "kernel_selection.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -242,9 +240,6 @@ cudaError_t attention_backward(void* dqkv, const void* dout, const void* qkv, co
     const auto* y = static_cast<const T*>(out);
     const cudaError_t rc = launch_row_dot<T>(workspace, g, y, batch, seq, heads, head_dim, stream);
     if (rc != cudaSuccess) return rc;
-    if (tensor_cores && use_previous_kernels())
-      return detail::attention_backward_wmma(dqkv, dout, qkv, lse, workspace, type, batch, seq, heads, head_dim,
-                                             bf16_operands, stream);
     if (tensor_cores)
       return detail::attention_backward_mma(dqkv, dout, qkv, lse, workspace, type, batch, seq, heads, head_dim,
                                             bf16_operands, stream);

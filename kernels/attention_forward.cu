@@ -11,8 +11,6 @@
 #include "attention.cuh"
 #include "attention_tiles.cuh"
 #include "attention_mma.cuh"
-#include "attention_wmma.cuh"
-#include "kernel_selection.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -126,8 +124,6 @@ cudaError_t attention_forward(void* out, float* lse, const void* qkv, ElemType t
   if (!attention_head_dim_supported(head_dim)) return cudaErrorInvalidValue;
   if (batch * heads <= 0 || seq <= 0) return cudaSuccess;
   if (attention_uses_tensor_cores(type, head_dim, aligned16(out) && aligned16(qkv))) {
-    if (use_previous_kernels())
-      return detail::attention_forward_wmma(out, lse, qkv, type, batch, seq, heads, head_dim, bf16_operands, stream);
     return detail::attention_forward_mma(out, lse, qkv, type, batch, seq, heads, head_dim, bf16_operands, stream);
   }
   return dispatch_float(type, [&](auto tag) {

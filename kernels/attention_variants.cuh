@@ -1,6 +1,6 @@
 // The tensor-core attention kernel families (element type, head dim, bf16 operands split or
-// rounded once) and the dispatch from run-time arguments to one of them, shared by the mma.sync
-// and WMMA kernels. Device code: include from the attention .cu files only.
+// rounded once) and the dispatch from run-time arguments to one of them, for the mma.sync
+// kernels. Device code: include from the attention .cu files only.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

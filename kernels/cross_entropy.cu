@@ -2,12 +2,9 @@
 // pairs are merged in a fixed tree (warp shuffles, then warps in order), so results repeat
 // bit for bit. Rows are read as 16-byte packs when the padded width allows it.
 #include <cmath>
-#include <cstring>
-#include <type_traits>
 
 #include "cross_entropy.cuh"
 #include "device_helpers.cuh"
-#include "kernel_selection.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -15,8 +12,6 @@ namespace {
 using detail::from_float;
 using detail::Pack;
 using detail::to_float;
-using detail::bits_of;
-using detail::element_of;
 
 struct MaxSum {
   float max;
@@ -105,80 +100,6 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
     }
   } else {
     for (int64_t j = threadIdx.x; j < padded_vocab; j += kCrossEntropyThreads) x[j] = from_float<T>(grad(j, to_float(x[j])));
-  }
-}
-
-// ---- one pass over a 16-bit row held in registers ----
-// A block of kOnePassThreads per row loads the row once into registers (kOnePassPacks 16-byte
-// packs per thread, so rows up to 65536 padded columns), takes its max, then Σ exp(x − max) in a
-// fixed tree (each thread's packs in order, warp shuffles, warps in order: bit-repeatable), and
-// writes dlogits from the same registers: one read and one write of the logits instead of two
-// reads and a write. Floor at 32768 × 50304 bf16: 6.6 GB, 2.2 ms at 3.0 TB/s.
-constexpr int kOnePassThreads = 512;
-constexpr int kOnePassPacks = 16;
-
-// The row is held as raw 16-byte words (device_helpers.cuh: a plain uint4 array stays in
-// registers, where an array of 16-bit class types went to local memory).
-template <typename T>
-__global__ void __launch_bounds__(kOnePassThreads)
-    cross_entropy_one_pass_kernel(T* logits, void* losses, ElemType losses_type, const int32_t* targets,
-                                  int64_t padded_vocab, int64_t vocab, bool write_dlogits, float dloss, BadIdFlag* bad_id) {
-  static_assert(sizeof(T) == 2, "the one-pass kernel holds 16-bit rows");
-  constexpr int kPerPack = 8;
-  __shared__ float scratch[kOnePassThreads / 32];
-  const int64_t row = blockIdx.x;
-  const int32_t target = targets[row];
-  if (!target_in_vocab(target, vocab, row, bad_id)) return;
-  T* x = logits + row * padded_vocab;
-  const float target_logit = to_float(x[target]);  // read before any thread writes the row
-  const int64_t packs = padded_vocab / kPerPack;
-  uint4 held[kOnePassPacks];
-  float local_max = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kOnePassPacks; ++i) {
-    const int64_t k = threadIdx.x + int64_t{i} * kOnePassThreads;
-    held[i] = k < packs ? reinterpret_cast<const uint4*>(x)[k] : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-    for (int e = 0; e < kPerPack; ++e)
-      if (k * kPerPack + e < vocab) local_max = fmaxf(local_max, element_of<T>(held[i], e));
-  }
-  const float max = detail::block_max<kOnePassThreads>(local_max, scratch);
-  float local_sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kOnePassPacks; ++i) {
-    const int64_t k = threadIdx.x + int64_t{i} * kOnePassThreads;
-#pragma unroll
-    for (int e = 0; e < kPerPack; ++e)
-      if (k * kPerPack + e < vocab) local_sum += expf(element_of<T>(held[i], e) - max);
-  }
-  const float sum = detail::block_sum<kOnePassThreads>(local_sum, scratch);
-  if (threadIdx.x == 0 && losses) {
-    const double loss = (static_cast<double>(max) + log(static_cast<double>(sum))) - target_logit;
-    detail::store_any(losses, losses_type, row, static_cast<float>(loss));
-  }
-  if (!write_dlogits) return;
-#pragma unroll
-  for (int i = 0; i < kOnePassPacks; ++i) {
-    const int64_t k = threadIdx.x + int64_t{i} * kOnePassThreads;
-    if (k >= packs) continue;
-    uint32_t words[4];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      uint32_t pair[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int e = 2 * w + half;
-        const int64_t j = k * kPerPack + e;
-        float grad = 0.0f;
-        if (j < vocab) {
-          const float prob = __fdiv_rn(expf(element_of<T>(held[i], e) - max), sum);
-          grad = __fmul_rn(dloss, j == target ? __fsub_rn(prob, 1.0f) : prob);
-        }
-        pair[half] = bits_of<T>(grad);
-      }
-      words[w] = pair[0] | (pair[1] << 16);
-    }
-    reinterpret_cast<uint4*>(x)[k] = make_uint4(words[0], words[1], words[2], words[3]);
   }
 }
 
@@ -280,14 +201,6 @@ cudaError_t softmax_cross_entropy(void* logits, ElemType type, void* losses, Ele
   const bool packed = aligned16(logits) && padded_vocab % pack_width(type) == 0;
   return detail::dispatch_float(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (sizeof(T) == 2) {
-      // 16-bit rows of up to kOnePassPacks packs per thread fit in registers: one pass.
-      if (packed && padded_vocab <= int64_t{kOnePassThreads} * kOnePassPacks * 8 && !use_previous_kernels()) {
-        cross_entropy_one_pass_kernel<T><<<static_cast<unsigned>(rows), kOnePassThreads, 0, stream>>>(
-            static_cast<T*>(logits), losses, losses_type, targets, padded_vocab, vocab, write_dlogits, dloss, bad_id);
-        return cudaGetLastError();
-      }
-    }
     cross_entropy_kernel<T><<<static_cast<unsigned>(rows), kCrossEntropyThreads, 0, stream>>>(
         static_cast<T*>(logits), losses, losses_type, targets, padded_vocab, vocab, packed, write_dlogits, dloss,
         bad_id);

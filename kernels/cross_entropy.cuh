@@ -1,9 +1,7 @@
 // Launchers for the fused softmax + cross-entropy over rows of padded logits: one block per
-// row. 16-bit rows of up to 65536 padded columns are read once into registers (max, exp-sum,
-// then dlogits written from the registers); other rows, and every row under
-// STRATA_KERNELS=previous, take an online (max, sum) pass and a second pass that (optionally)
-// overwrites the logits with dlogits. Padding columns become zero. And its vocab-parallel form, in three
-// passes over one rank's slice of the columns around the caller's all-reduces.
+// row, an online (max, sum) pass and a second pass that (optionally) overwrites the logits with
+// dlogits; padding columns become zero. And its vocab-parallel form, in three passes over one
+// rank's slice of the columns around the caller's all-reduces.
 #pragma once
 #include <cstdint>
 

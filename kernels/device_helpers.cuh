@@ -93,10 +93,6 @@ template <int kThreads, typename V>
 __device__ V block_sum(V v, V* scratch) {
   return block_reduce<kThreads>(v, scratch, V(0), [](V x) { return warp_sum(x); });
 }
-template <int kThreads>
-__device__ float block_max(float v, float* scratch) {  // exact: any order gives the same bits
-  return block_reduce<kThreads>(v, scratch, -INFINITY, [](float x) { return warp_max(x); });
-}
 
 // ---- raw 16-byte words ----
 // A 16-byte word of T held as a plain uint4 (an array of 16-bit class types could go to local

@@ -1,14 +1,12 @@
 // Embedding kernels. Forward: one block per token row, 16-byte packs when rows are aligned.
 // Backward: dwpe by one thread per (t, c) summing the batch in order; dwte by sorting
 // (id, position) pairs stably, then summing pieces of kEmbeddingPieceRows sorted positions in
-// parallel and joining each long row's pieces in order (the previous kernel: the block at each
-// run's start owns that row and walks all of it). The table may be one rank's vocabulary slice
-// (tensor parallelism): ids are offset by its first row.
+// parallel and joining each long row's pieces in order. The table may be one rank's vocabulary
+// slice (tensor parallelism): ids are offset by its first row.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "device_helpers.cuh"
 #include "embedding.cuh"
-#include "kernel_selection.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -82,45 +80,9 @@ __global__ void dwpe_kernel(void* dwpe, ElemType dwpe_type, const T* dout, int64
   }
 }
 
-// Block j handles the run of equal keys starting at sorted index j (other blocks exit). A thread
-// holds kDwteColumns columns (kRowThreads apart, so a warp's loads stay contiguous) and walks the
-// run once per such group: each step of the walk issues that many independent loads, which a
-// frequent token's long run (thousands of positions in real text) needs to hide memory latency.
-// Every column still adds its positions in sorted (= position) order: the CPU backend's order.
+// A thread holds kDwteColumns columns (kRowThreads apart, so a warp's loads stay contiguous) and
+// walks its piece once per such group: each step of the walk issues that many independent loads.
 constexpr int kDwteColumns = 8;
-
-template <typename T>
-__global__ void dwte_kernel(void* dwte, ElemType dwte_type, const T* dout, const uint32_t* keys,
-                            const int32_t* positions, int64_t n, int64_t channels, int64_t vocab) {
-  const int64_t j = blockIdx.x;
-  const uint32_t key = keys[j];
-  if (key >= vocab || (j > 0 && keys[j - 1] == key)) return;
-  int64_t end = j + 1;
-  while (end < n && keys[end] == key) ++end;
-  const int64_t row = static_cast<int64_t>(key) * channels;
-  constexpr int64_t kGroupWidth = int64_t{kRowThreads} * kDwteColumns;
-  for (int64_t first = threadIdx.x; first < channels; first += kGroupWidth) {
-    float acc[kDwteColumns];
-#pragma unroll
-    for (int i = 0; i < kDwteColumns; ++i) {
-      const int64_t c = first + int64_t{i} * kRowThreads;
-      acc[i] = c < channels ? detail::load_any(dwte, dwte_type, row + c) : 0.0f;
-    }
-    for (int64_t k = j; k < end; ++k) {
-      const T* g = dout + static_cast<int64_t>(positions[k]) * channels;
-#pragma unroll
-      for (int i = 0; i < kDwteColumns; ++i) {
-        const int64_t c = first + int64_t{i} * kRowThreads;
-        if (c < channels) acc[i] = __fadd_rn(acc[i], to_float(g[c]));
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kDwteColumns; ++i) {
-      const int64_t c = first + int64_t{i} * kRowThreads;
-      if (c < channels) detail::store_any(dwte, dwte_type, row + c, acc[i]);
-    }
-  }
-}
 
 // Piece group `group` covers sorted indices [group · P, group · P + P) (P = kEmbeddingPieceRows).
 // Its block walks them: each maximal run of one key inside the group is a piece, summed from zero
@@ -275,11 +237,6 @@ cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemT
     if (dwpe) {
       dwpe_kernel<T><<<static_cast<unsigned>(elementwise_blocks(seq * channels)), kElementwiseThreads, 0, stream>>>(
           dwpe, dwpe_type, g, batch, seq, channels);
-    }
-    if (use_previous_kernels()) {
-      dwte_kernel<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dwte, dwte_type, g, keys_out, vals_out, n,
-                                                                         channels, vocab);
-      return cudaGetLastError();
     }
     const auto groups = static_cast<unsigned>(ceil_div(n, kEmbeddingPieceRows));
     auto* partials = reinterpret_cast<float*>(base + l.partials);

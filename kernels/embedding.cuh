@@ -40,9 +40,7 @@ size_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab, int64_t
 // dwte (V, C) (rows [vocab_start, vocab_start + V) of the table) and dwpe (≥T, C) accumulate dout
 // (B·T, C), dwte in pieces (kEmbeddingPieceRows) and dwpe over b in order; ids outside those
 // rows are skipped (embedding_forward reports them, or another rank holds them). dwpe may be
-// null. dout has `dout_type`; the gradients their own. STRATA_KERNELS=previous adds each dwte row
-// in plain position order, one block per row (the kernel the pieces replace, until a GPU times
-// both; it matches the CPU backend within fp32 rounding, not bit for bit).
+// null. dout has `dout_type`; the gradients their own.
 cudaError_t embedding_backward(void* dwte, ElemType dwte_type, void* dwpe, ElemType dwpe_type, const void* dout,
                                ElemType dout_type, const int32_t* tokens, int64_t batch, int64_t seq,
                                int64_t channels, int64_t vocab, int64_t vocab_start, void* workspace,

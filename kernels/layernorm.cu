@@ -1,6 +1,6 @@
 // Layernorm forward, plain and with the residual add fused (the backward is in
-// layernorm_backward.cu): the one-pass kernels and the previous kernels they replace, kept
-// selectable (STRATA_KERNELS=previous, kernel_selection.cuh) until a GPU run has timed both.
+// layernorm_backward.cu): one-pass kernels holding the row in registers, and scalar kernels for
+// the rows they cannot hold (widths of no whole 16-byte words, rows too wide, misaligned tensors).
 //
 // One pass: one warp per row (8 rows per block). Each lane loads its 16-byte words of the row
 // (8 bf16/fp16 or 4 fp32 values; word c goes to lane c mod 32, so each step of the warp reads 512
@@ -26,7 +26,6 @@
 #include <type_traits>
 
 #include "device_helpers.cuh"
-#include "kernel_selection.cuh"
 #include "layernorm.cuh"
 
 namespace strata::cuda {
@@ -175,8 +174,8 @@ void launch_one_pass_words(int words, T* residual, T* out, float* mean, float* r
   }
 }
 
-// ---- the previous kernels: one warp per row, scalar loads, the row re-read (from L1/L2) in each
-// of three passes, so any width works ----
+// ---- the scalar kernels: one warp per row, scalar loads, the row re-read (from L1/L2) in each
+// of three passes, so any width and alignment works ----
 
 // One warp normalizes row x into y: statistics in double, the affine part in fp32 round-to-nearest.
 template <typename T>
@@ -232,10 +231,9 @@ __global__ void residual_layernorm_forward_kernel(T* residual, T* out, float* me
   layernorm_row(out + row * cols, mean, rstd, x, weight, bias, row, cols, lane, sum);
 }
 
-// The one-pass kernel's word count for these tensors, or 0 for the previous kernel.
+// The one-pass kernel's word count for these tensors, or 0 for the scalar kernel.
 template <typename T>
 int one_pass_words(int64_t cols, std::initializer_list<const void*> rows_and_params) {
-  if (use_previous_kernels()) return 0;
   for (const void* p : rows_and_params)
     if (!aligned16(p)) return 0;
   return layernorm_forward_words(cols, sizeof(T));

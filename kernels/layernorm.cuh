@@ -19,7 +19,7 @@ inline int64_t layernorm_blocks(int64_t rows) { return std::max<int64_t>(1, ceil
 // The one-pass forward: one warp per row, the row held in registers as 16-byte words, `words`
 // per lane (a compile-time count: 2, 4, 8 or 16, so rows up to 4096 bf16/fp16 or 2048 fp32
 // columns). 0 when the row is wider or cols · elem_bytes is not a multiple of 16: such rows, and
-// rows whose pointers are not 16-byte aligned, take the previous kernel.
+// rows whose pointers are not 16-byte aligned, take the scalar kernel (layernorm.cu).
 constexpr int kLayerNormForwardMaxWords = 16;
 
 inline int layernorm_forward_words(int64_t cols, size_t elem_bytes) {
@@ -32,8 +32,7 @@ inline int layernorm_forward_words(int64_t cols, size_t elem_bytes) {
 }
 
 // out = (inp − mean) · rstd · weight + bias; inp, out, weight, bias share `type`.
-// mean, rstd (rows) are optional (nullptr) fp32 outputs. STRATA_KERNELS=previous
-// (kernel_selection.cuh) runs the previous kernel (scalar loads, the row re-read per pass).
+// mean, rstd (rows) are optional (nullptr) fp32 outputs.
 cudaError_t layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                               const void* bias, ElemType type, int64_t rows, int64_t cols, cudaStream_t stream);
 
@@ -46,8 +45,9 @@ cudaError_t residual_layernorm_forward(void* residual, void* out, float* mean, f
 // The one-pass backward: blocks of `warps` warps, each warp owning one row at a time and
 // striding over rows by blocks · warps. Each warp keeps its own fp32 dweight/dbias sums in
 // shared memory (2 · cols floats), within the 48 KiB every block may use without opting in;
-// rows wider than that (cols > 6144) take the previous kernel (warps == 0). The grid depends
-// on the shape only, so the sums' order, and so their bits, do not depend on the device.
+// rows wider than that (cols > 6144) take the wide-row kernel (warps == 0; layernorm_backward.cu).
+// The grid depends on the shape only, so the sums' order, and so their bits, do not depend on
+// the device.
 constexpr int kLayerNormBackwardMaxWarps = 8;
 constexpr int64_t kLayerNormBackwardTargetWarps = 2048;  // about 16 per SM on an H100's 132
 constexpr size_t kLayerNormBackwardSharedBytes = 48 * 1024;
@@ -69,7 +69,7 @@ inline LayerNormBackwardShape layernorm_backward_shape(int64_t rows, int64_t col
 }
 
 // Enough for either backward: the one-pass kernel's fp32 partials (blocks × 2 × cols) or the
-// previous kernel's double column-reduction partials.
+// wide-row kernel's double column-reduction partials.
 inline size_t layernorm_backward_workspace_bytes(int64_t rows, int64_t cols) {
   const LayerNormBackwardShape s = layernorm_backward_shape(rows, cols);
   const size_t one_pass = static_cast<size_t>(s.blocks * 2 * std::max<int64_t>(cols, 0)) * sizeof(float);
@@ -78,7 +78,6 @@ inline size_t layernorm_backward_workspace_bytes(int64_t rows, int64_t cols) {
 
 // dinp += …, dweight += Σ dout · n̂, dbias += Σ dout; dinp, dout, inp, weight share `type`,
 // dweight/dbias have their own types (fp32 gradient buffers with bf16 weights, say).
-// STRATA_KERNELS=previous (kernel_selection.cuh) runs the previous kernel instead.
 cudaError_t layernorm_backward(void* dinp, void* dweight, ElemType dweight_type, void* dbias, ElemType dbias_type,
                                const void* dout, const void* inp, const void* weight, const float* mean,
                                const float* rstd, ElemType type, int64_t rows, int64_t cols, double* partials,

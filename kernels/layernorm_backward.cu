@@ -1,5 +1,5 @@
-// Layernorm backward: the one-pass kernel and the previous kernel it replaces, kept selectable
-// (STRATA_KERNELS=previous, kernel_selection.cuh) until a GPU run has timed both.
+// Layernorm backward: the one-pass kernel, and a wide-row kernel for rows whose parameter-gradient
+// sums do not fit the one-pass kernel's shared memory (cols > 6144, layernorm_backward_shape).
 //
 // One pass: each warp owns one row at a time (rows strided by blocks · warps over a grid fixed by
 // the shape). It reads the row of inp and dout with 16-byte loads (8 bf16/fp16 or 4 fp32 values;
@@ -15,7 +15,6 @@
 // cols 768 bf16: 201.6 MB, 67 µs at 3.0 TB/s. The partials add 256 blocks × 2 × 768 fp32 there:
 // 1.6 MB written and read back (under 2 % of the floor).
 #include "device_helpers.cuh"
-#include "kernel_selection.cuh"
 #include "layernorm.cuh"
 
 namespace strata::cuda {
@@ -158,7 +157,7 @@ cudaError_t launch_one_pass(const LayerNormBackwardShape& shape, T* dinp, void* 
   return cudaGetLastError();
 }
 
-// ---- the previous kernel: dinp with double statistics, one warp per row and scalar loads; the
+// ---- the wide-row kernel: dinp with double statistics, one warp per row and scalar loads; the
 // parameter gradients through the shared two-pass column reduction, which reads dout and inp again ----
 
 // dx = rstd · (dn − mean(dn) − n̂ · mean(dn · n̂)) with dn = dout · weight, accumulated into dinp.
@@ -207,9 +206,9 @@ struct LayerNormParamTerm {
 };
 
 template <typename T>
-cudaError_t launch_previous(T* dinp, void* dweight, ElemType dweight_type, void* dbias, ElemType dbias_type,
-                            const T* dout, const T* inp, const T* weight, const float* mean, const float* rstd,
-                            int64_t rows, int64_t cols, double* partials, cudaStream_t stream) {
+cudaError_t launch_wide_rows(T* dinp, void* dweight, ElemType dweight_type, void* dbias, ElemType dbias_type,
+                             const T* dout, const T* inp, const T* weight, const float* mean, const float* rstd,
+                             int64_t rows, int64_t cols, double* partials, cudaStream_t stream) {
   layernorm_dinp_kernel<T><<<static_cast<unsigned>(layernorm_blocks(rows)), 32 * kLayerNormRowsPerBlock, 0, stream>>>(
       dinp, dout, inp, weight, mean, rstd, rows, cols);
   const cudaError_t rc = cudaGetLastError();
@@ -226,18 +225,17 @@ cudaError_t layernorm_backward(void* dinp, void* dweight, ElemType dweight_type,
                                cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const LayerNormBackwardShape shape = layernorm_backward_shape(rows, cols);
-  const bool previous = use_previous_kernels() || shape.warps == 0;
   return detail::dispatch_float(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto* dx = static_cast<T*>(dinp);
     const auto* g = static_cast<const T*>(dout);
     const auto* x = static_cast<const T*>(inp);
     const auto* w = static_cast<const T*>(weight);
-    if (previous) {
-      return launch_previous(dx, dweight, dweight_type, dbias, dbias_type, g, x, w, mean, rstd, rows, cols, partials,
-                             stream);
+    if (shape.warps == 0) {
+      return launch_wide_rows(dx, dweight, dweight_type, dbias, dbias_type, g, x, w, mean, rstd, rows, cols,
+                              partials, stream);
     }
-    // The workspace holds doubles for the previous kernel; the one-pass kernel's partials are fp32.
+    // The workspace holds doubles for the wide-row kernel; the one-pass kernel's partials are fp32.
     return launch_one_pass(shape, dx, dweight, dweight_type, dbias, dbias_type, g, x, w, mean, rstd, rows, cols,
                            reinterpret_cast<float*>(partials), stream);
   });

@@ -12,8 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-// A nested namespace: attention_wmma.cuh already defines cp_async_16 & co. in detail, and a .cu
-// may include both headers.
+// A nested namespace: the PTX wrappers (cp_async_16 & co.) stay apart from the rest of detail.
 namespace strata::cuda::detail::ptx {
 
 // ---- ptx section: mma.sync ----

@@ -3,9 +3,9 @@
 # PyTorch GPT-2 of the same shape (torch.compile, SDPA flash attention, fused AdamW, bf16
 # autocast, clipping 1.0) on the same batch, then prints tokens/s, MFU (989 TFLOP/s), peak
 # allocator memory and the strata/PyTorch ratio, followed, for each model's shape, by strata's
-# per-kernel table (bench_kernels: new and previous kernels side by side) and PyTorch SDPA's
-# attention forward and backward at the same shape. Both train on random tokens; strata reads
-# them from a token shard written here. Logs and JSON records go to OUTDIR.
+# per-kernel table (bench_kernels) and PyTorch SDPA's attention forward and backward at the same
+# shape. Both train on random tokens; strata reads them from a token shard written here. Logs and
+# JSON records go to OUTDIR.
 #
 # Usage: scripts/bench_gpt2.sh OUTDIR
 # Environment:

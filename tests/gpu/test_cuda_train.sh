@@ -15,7 +15,10 @@
 # - pipeline parallelism, PP = 2 on two ranks sharing the GPU (MPI): fp32 within 1e-4 of the CPU
 #   curve, bf16 with ZeRO-1 within 2% of the CPU's; with two GPUs or more also over NCCL (the
 #   stages' sends and receives posted as one NCCL group);
-# - comm.backend: nccl at world size 1 equals the MPI-backed run bit for bit.
+# - comm.backend: nccl at world size 1 equals the MPI-backed run bit for bit;
+# - ZeRO 1 with the optimizer state offloaded to page-locked host memory and to a file
+#   (offload_optimizer cpu and nvme; the host AdamW is the device's step) equals ZeRO 1 without
+#   offload bit for bit.
 # With STRATA_CUDA_BINARY set (ctest `emu: train`), the device: cuda runs use that binary, strata
 # built on the CPU emulator of the CUDA backend (tests/gpu/emu), and $1 gives the CPU curves; no
 # GPU is needed. The emulator is slow (a 20-step run of the GPU model takes ~100 s on 2 cores)
@@ -89,6 +92,15 @@ if [ -z "$EMULATED" ] && [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
   run gpu_pp2_nccl 2 cuda "${pp2[@]}" --set comm.backend=nccl --set bf16.enabled=true
   expect_contains "$OUT" "communication: nccl"
 fi
+z1=(--set bf16.enabled=true --set zero_optimization.stage=1)
+run gpu_z1_bf16 1 cuda "${z1[@]}"
+run gpu_z1_bf16_offload_cpu 1 cuda "${z1[@]}" --set zero_optimization.offload_optimizer.device=cpu \
+  --set zero_optimization.offload_optimizer.pin_memory=true
+expect_contains "$OUT" "offload: optimizer state (fp32 master, Adam moments) in page-locked host memory"
+mkdir -p "$WORK/nvme"
+run gpu_z1_bf16_offload_nvme 1 cuda "${z1[@]}" --set zero_optimization.offload_optimizer.device=nvme \
+  --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
+expect_contains "$OUT" "offload: optimizer state (fp32 master, Adam moments) in a file in $WORK/nvme"
 if [ -n "$EMULATED" ]; then
   EXPECT_RC=2 run gpu_nccl 1 cuda --set comm.backend=nccl
   expect_contains "$OUT" "this strata was built without NCCL"
@@ -133,6 +145,8 @@ if tp_nccl:
     within("gpu_tp2_nccl", "cpu_bf16", 0.02)
     within("gpu_pp2_nccl", "cpu_bf16", 0.02)
 if not emulated: identical("gpu_nccl", "gpu_fp32")
+identical("gpu_z1_bf16_offload_cpu", "gpu_z1_bf16")
+identical("gpu_z1_bf16_offload_nvme", "gpu_z1_bf16")
 first, last = losses("gpu_bf16")[0], losses("gpu_bf16")[-1]
 print(f"gpu bf16 loss {first:.4f} -> {last:.4f}")
 if not last < first: bad.append("the GPU run did not learn")

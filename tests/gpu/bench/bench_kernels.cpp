@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "attention.cuh"
-#include "kernel_selection.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -221,7 +220,7 @@ int main(int argc, char** argv) {
     const Tensor h = pool.make(dt, {N, 4 * C}), h_pre = pool.make(dt, {N, 4 * C}), dh = pool.make(dt, {N, 4 * C});
     const Tensor dw_fc = pool.make(DType::F32, {C, 4 * C}), db_fc = pool.make(DType::F32, {4 * C});
     const Tensor ln_w = pool.make(dt, {C}), ln_b = pool.make(dt, {C});
-    const Tensor mean = pool.make(DType::F32, {N}), rstd = pool.make(DType::F32, {N});
+    const Tensor mean = pool.make(DType::F32, {N}), rstd = pool.make(DType::F32, {N}), res = pool.make(dt, {N, C});
     const Tensor dln_w = pool.make(DType::F32, {C}), dln_b = pool.make(DType::F32, {C});
     const Tensor wte = pool.make(dt, {Vp, C}, 0.02f), wpe = pool.make(dt, {1024, C}, 0.02f);
     const Tensor dwte = pool.make(DType::F32, {Vp, C}), dwpe = pool.make(DType::F32, {1024, C});
@@ -263,40 +262,12 @@ int main(int argc, char** argv) {
     bench.run("bias_backward (N,4C)", es * 4 * nc + 8.0 * 4 * C, 0, [&] { gpu.bias_backward(db_fc, dh); });
     bench.run("layernorm_forward", es * 2 * nc + 8.0 * N, 0,
               [&] { gpu.layernorm_forward(y, mean, rstd, x, ln_w, ln_b); });
+    // Fused with the residual add (read a and b, write residual and y); left out of TOTAL, which
+    // holds the add and the layernorm above.
+    bench.run("residual_layernorm_forward", es * 4 * nc + 8.0 * N, 0,
+              [&] { gpu.residual_layernorm_forward(res, y, mean, rstd, x, x2, ln_w, ln_b); }, false);
     bench.run("layernorm_backward", es * 4 * nc + 8.0 * N, 0,
               [&] { gpu.layernorm_backward(x2, dln_w, dln_b, y, x, ln_w, mean, rstd); });
-    // The one-pass forwards and backward beside the kernels they replace (kernel_selection.cuh),
-    // at 32768 rows whatever the batch. Forward: read x, write y (residual: read a and b, write
-    // residual and y), plus mean/rstd and the parameters; backward: read inp, dout and dinp, write
-    // dinp, plus mean/rstd and the parameters. Left out of TOTAL, which holds the rows above (the
-    // kernels STRATA_KERNELS picks) at this batch.
-    {
-      const int64_t LN = 32768;
-      const double ln_nc = static_cast<double>(LN * C);
-      const Tensor ln_x = pool.make(dt, {LN, C}), ln_dout = pool.make(dt, {LN, C}), ln_dx = pool.make(dt, {LN, C});
-      const Tensor ln_y = pool.make(dt, {LN, C}), ln_res = pool.make(dt, {LN, C});
-      const Tensor ln_mean = pool.make(DType::F32, {LN}), ln_rstd = pool.make(DType::F32, {LN}, 0.1f);
-      const double fwd_bytes = es * 2 * ln_nc + 8.0 * LN + es * 2 * C;
-      const double res_bytes = es * 4 * ln_nc + 8.0 * LN + es * 2 * C;
-      const double ln_bytes = es * 4 * ln_nc + 8.0 * LN + es * C + 16.0 * C;
-      const std::string shape = " (" + std::to_string(LN) + "x" + std::to_string(C) + " " + dtype_name(dt) + ")";
-      for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-        cuda::override_kernel_set(set);
-        const std::string kind = set == cuda::KernelSet::New ? " [one pass]" : " [previous]";
-        bench.run("layernorm_forward" + shape + kind, fwd_bytes, 0,
-                  [&] { gpu.layernorm_forward(ln_y, ln_mean, ln_rstd, ln_x, ln_w, ln_b); }, false);
-        bench.run("residual_layernorm_forward" + shape + kind, res_bytes, 0, [&] {
-          gpu.residual_layernorm_forward(ln_res, ln_y, ln_mean, ln_rstd, ln_x, ln_dout, ln_w, ln_b);
-        }, false);
-      }
-      for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-        cuda::override_kernel_set(set);
-        const bool is_new = set == cuda::KernelSet::New;
-        bench.run("layernorm_backward" + shape + (is_new ? " [one pass]" : " [previous]"), ln_bytes, 0,
-                  [&] { gpu.layernorm_backward(ln_dx, dln_w, dln_b, ln_dout, ln_x, ln_w, ln_mean, ln_rstd); }, false);
-      }
-      cuda::clear_kernel_set_override();
-    }
     bench.run("gelu_forward (N,4C)", es * 8 * nc, 0, [&] { gpu.gelu_forward(h, h_pre); });
     bench.run("gelu_backward (N,4C)", es * 12 * nc, 0, [&] { gpu.gelu_backward(dh, dh, h_pre); });
     bench.run("add residual (N,C)", es * 3 * nc, 0, [&] { gpu.add(y, y, x); });
@@ -319,23 +290,14 @@ int main(int argc, char** argv) {
       bench.run("attention_backward" + label, es * (3 * nc + 3 * nc + 2 * nc) + 4.0 * B * NH * T, 2.5 * attn_flops,
                 [&] { gpu.attention_backward(dqkv, datt, qkv, att, lse, static_cast<int>(NH)); }, in_total);
     };
-    attention_rows(attn_path, true);  // the kernels STRATA_KERNELS picks, in TOTAL
-    if (attn_tensor_cores) {
-      // The mma.sync kernels beside the WMMA kernels they replace (kernel_selection.cuh), and for
-      // bf16 at head_dim 64 what the hi+lo split costs: the same kernels with P and dS rounded to
-      // bf16 once (FlashAttention's numerics, beyond the 2 ulps the tests hold split bf16 to; not
-      // used in training). Left out of TOTAL.
-      for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-        cuda::override_kernel_set(set);
-        const std::string family = set == cuda::KernelSet::New ? " [mma.sync" : " [WMMA, previous";
-        attention_rows(family + (bf16_tensor_cores ? ", P as bf16 hi+lo]" : "]"), false);
-        if (bf16_tensor_cores && hd == 64) {
-          gpu.set_attention_bf16_operands(cuda::AttentionBf16Operands::Rounded);
-          attention_rows(family + ", P rounded once]", false);
-          gpu.set_attention_bf16_operands(cuda::AttentionBf16Operands::Split);
-        }
-      }
-      cuda::clear_kernel_set_override();
+    attention_rows(attn_path, true);
+    if (bf16_tensor_cores && hd == 64) {
+      // What the hi+lo split costs: the same kernels with P and dS rounded to bf16 once
+      // (FlashAttention's numerics, beyond the 2 ulps the tests hold split bf16 to; not used in
+      // training). Left out of TOTAL.
+      gpu.set_attention_bf16_operands(cuda::AttentionBf16Operands::Rounded);
+      attention_rows(" [tensor cores, P rounded once]", false);
+      gpu.set_attention_bf16_operands(cuda::AttentionBf16Operands::Split);
     }
     const int vocab = static_cast<int>(V);
     bench.run("embedding_forward", es * 3 * nc + 4.0 * N, 0, [&] { gpu.embedding_forward(x, tokens, wte, wpe, 0, vocab); });
@@ -343,27 +305,9 @@ int main(int argc, char** argv) {
               [&] { gpu.embedding_backward(dwte, dwpe, x, tokens, 0, vocab); });
     bench.run("embedding_backward (text-like ids)", es * nc + 8.0 * 2 * nc + 4.0 * N, 0,
               [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens, 0, vocab); });
-    // The piece-parallel backward beside the kernel it replaces (one block walks each row's whole
-    // run), on text-like ids. Left out of TOTAL.
-    for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-      cuda::override_kernel_set(set);
-      bench.run(std::string("embedding_backward (text-like ids)") + (set == cuda::KernelSet::New ? " [pieces]" : " [previous]"),
-                es * nc + 8.0 * 2 * nc + 4.0 * N, 0, [&] { gpu.embedding_backward(dwte, dwpe, x, text_tokens, 0, vocab); },
-                false);
-    }
-    cuda::clear_kernel_set_override();
     // The benchmark rewrites the same logits each pass; values stay finite (dlogits are bounded).
     bench.run("softmax_cross_entropy + dlogits", es * 2.0 * N * Vp, 0,
               [&] { gpu.softmax_cross_entropy(logits, losses, targets, static_cast<int>(V), true, 1.0f / N); });
-    // The one-pass kernel (16-bit rows in registers) beside the two-pass one it replaces. Left
-    // out of TOTAL.
-    for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-      cuda::override_kernel_set(set);
-      bench.run(std::string("softmax_cross_entropy + dlogits") + (set == cuda::KernelSet::New ? " [one pass]" : " [previous]"),
-                es * 2.0 * N * Vp, 0,
-                [&] { gpu.softmax_cross_entropy(logits, losses, targets, static_cast<int>(V), true, 1.0f / N); }, false);
-    }
-    cuda::clear_kernel_set_override();
     // Tensor parallelism at TP 2, without the all-reduces between passes: the three
     // cross-entropy passes on the second rank's half of the vocabulary (its padding included)
     // read the slice twice and rewrite it once, against the fused row above over all columns.

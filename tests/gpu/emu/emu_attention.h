@@ -32,10 +32,6 @@ enum class HalfType { BF16, F16 };
 // hi + lo pairs (Split, what training uses) or rounded once (Rounded, head_dim 64 only).
 enum class Bf16Operands { Split, Rounded };
 
-// Which kernels run: the mma.sync family (kernels/attention_mma_*.cu) or the WMMA family it
-// replaces (kernels/attention_wmma_*.cu), kept until a GPU has timed both.
-enum class Kernels { Mma, Wmma };
-
 struct AttentionShape {
   int64_t batch = 1;
   int64_t seq = 1;
@@ -43,21 +39,20 @@ struct AttentionShape {
   int64_t head_dim = 64;
 };
 
-// The launchers' own contracts (kernels/attention.cuh): qkv (B, T, 3C), out (B, T, C),
-// lse (B, NH, T) f32; the backward reads delta = rowsum(dout ∘ out) (B, NH, T) and overwrites
-// dqkv (B, T, 3C). Pointers must be 16-byte aligned host memory. Each call runs the whole grid
-// on the emulator before it returns; the result is the launcher's cudaError_t (0 = success).
-// Throws EmulationError when a kernel breaks a checked rule.
+// The mma.sync kernels (kernels/attention_mma_*.cu) under the launchers' own contracts
+// (kernels/attention.cuh): qkv (B, T, 3C), out (B, T, C), lse (B, NH, T) f32; the backward reads
+// delta = rowsum(dout ∘ out) (B, NH, T) and overwrites dqkv (B, T, 3C). Pointers must be 16-byte
+// aligned host memory. Each call runs the whole grid on the emulator before it returns; the
+// result is the launcher's cudaError_t (0 = success). Throws EmulationError when a kernel breaks
+// a checked rule.
 int attention_forward(void* out, float* lse, const void* qkv, HalfType type, const AttentionShape& shape,
-                      Bf16Operands operands = Bf16Operands::Split, Kernels kernels = Kernels::Mma);
+                      Bf16Operands operands = Bf16Operands::Split);
 int attention_backward(void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta,
-                       HalfType type, const AttentionShape& shape, Bf16Operands operands = Bf16Operands::Split,
-                       Kernels kernels = Kernels::Mma);
+                       HalfType type, const AttentionShape& shape, Bf16Operands operands = Bf16Operands::Split);
 
 // A forward kernel built from the same source with one planted bug, so tests can prove the
 // emulator (or the comparison with the CPU) notices:
 enum class Mutant {
-  WmmaMissingBarrier,    // WMMA: the first __syncthreads() of its key-tile loop removed
   MmaMissingCpAsyncWait,  // mma.sync: the cp.async wait of its key-tile loop removed
   MmaWrongLaneMapping,    // mma.sync: V's ldmatrix.trans lanes pass the rows of K's mapping
 };

@@ -9,15 +9,7 @@
 #define STRATA_EMU_JOIN2(a, b) a##b
 #define STRATA_EMU_JOIN(a, b) STRATA_EMU_JOIN2(a, b)
 
-// The transformed copies next to the mutant kernel: the WMMA family's header for the barrier
-// mutant, the mma.sync family's for the others.
-#if __has_include("attention_mma.cuh")
-#include "attention_mma.cuh"
-#define STRATA_EMU_MUTANT_FORWARD attention_forward_mma
-#else
-#include "attention_wmma.cuh"
-#define STRATA_EMU_MUTANT_FORWARD attention_forward_wmma
-#endif
+#include "attention_mma.cuh"  // the transformed copy, next to the mutant kernel
 
 namespace strata::emu::mutants {
 
@@ -25,8 +17,8 @@ int STRATA_EMU_JOIN(forward_, STRATA_EMU_MUTANT)(void* out, float* lse, const vo
                                                  const AttentionShape& shape) {
   namespace kernels = ::strata::STRATA_EMU_JOIN(cuda_emulated_mutant_, STRATA_EMU_MUTANT);
   const kernels::ElemType elem = type == HalfType::BF16 ? kernels::ElemType::BF16 : kernels::ElemType::F16;
-  return kernels::detail::STRATA_EMU_MUTANT_FORWARD(out, lse, qkv, elem, shape.batch, shape.seq, shape.heads,
-                                                    shape.head_dim, kernels::AttentionBf16Operands::Split, nullptr);
+  return kernels::detail::attention_forward_mma(out, lse, qkv, elem, shape.batch, shape.seq, shape.heads,
+                                                shape.head_dim, kernels::AttentionBf16Operands::Split, nullptr);
 }
 
 }  // namespace strata::emu::mutants

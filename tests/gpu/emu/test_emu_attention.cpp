@@ -1,8 +1,7 @@
 // The tensor-core attention kernels on the CPU emulator against the CPU backend, with the GPU
 // tests' metrics and bounds (out, lse, dq, dk, dv; bf16 and fp16; head dims 64 and 128), plus
 // bit-repeatability across thread schedules, the launchers' refusals and planted bugs (a missing
-// barrier, a missing cp.async wait, a wrong lane mapping). The mma.sync kernels are the default;
-// the WMMA kernels they replace stay covered until a GPU has timed both.
+// cp.async wait, a wrong lane mapping).
 #include "catch_compat.h"
 
 #include <algorithm>
@@ -23,7 +22,6 @@ namespace {
 
 using emu::AttentionShape;
 using emu::HalfType;
-using emu::Kernels;
 
 constexpr size_t kGuardBytes = 256;
 constexpr uint8_t kGuardByte = 0xAB;
@@ -191,22 +189,20 @@ struct Emulated {
 
 // Forward from qkv; backward from the CPU's out and lse (as the GPU tests do, so that the
 // backward is judged alone).
-void run_emulated(const Problem& p, Emulated& e, emu::Bf16Operands operands = emu::Bf16Operands::Split,
-                  Kernels kernels = Kernels::Mma) {
-  REQUIRE(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, p.shape, operands, kernels) == 0);
+void run_emulated(const Problem& p, Emulated& e, emu::Bf16Operands operands = emu::Bf16Operands::Split) {
+  REQUIRE(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, p.shape, operands) == 0);
   REQUIRE(emu::attention_backward(e.dqkv.data(), p.dout.data(), p.qkv.data(), p.lse.f32(), p.delta.f32(), p.type,
-                                  p.shape, operands, kernels) == 0);
+                                  p.shape, operands) == 0);
   CHECK(e.out.guards_intact());
   CHECK(e.lse.guards_intact());
   CHECK(e.dqkv.guards_intact());
 }
 
-void check_against_cpu(const Problem& p, emu::Bf16Operands operands = emu::Bf16Operands::Split,
-                       Kernels kernels = Kernels::Mma) {
-  const std::string what = describe(p.type, p.shape) + (kernels == Kernels::Mma ? " mma.sync" : " wmma");
+void check_against_cpu(const Problem& p, emu::Bf16Operands operands = emu::Bf16Operands::Split) {
+  const std::string what = describe(p.type, p.shape);
   const double max_ulps = ulp_bound(p.type, operands);
   Emulated e(p);
-  run_emulated(p, e, operands, kernels);
+  run_emulated(p, e, operands);
   check_ulps(e.out.values(), p.out.values(), p.type, max_ulps, "out " + what);
   check_close(e.lse.values(), p.lse.values(), 1e-5, "lse " + what);
 
@@ -314,26 +310,16 @@ TEST_CASE("tensor-core attention repeats bit for bit under different thread sche
   }
 }
 
-TEST_CASE("the WMMA kernels the mma.sync kernels replace still match the CPU backend") {
-  for (HalfType type : {HalfType::BF16, HalfType::F16})
-    for (int64_t head_dim : {64, 128})
-      for (int64_t seq : {17, 129})
-        check_against_cpu(Problem(type, AttentionShape{1, seq, 2, head_dim}), emu::Bf16Operands::Split, Kernels::Wmma);
-}
-
-TEST_CASE("forward kernels missing a barrier or a cp.async wait or with a wrong lane mapping are caught") {
+TEST_CASE("forward kernels missing a cp.async wait or with a wrong lane mapping are caught") {
   const std::pair<emu::Mutant, const char*> mutants[] = {
-      {emu::Mutant::WmmaMissingBarrier, "WMMA without the barrier before it reads a key tile"},
       {emu::Mutant::MmaMissingCpAsyncWait, "mma.sync without the cp.async wait before it reads a key tile"},
       {emu::Mutant::MmaWrongLaneMapping, "mma.sync with V's ldmatrix.trans lanes in K's mapping"}};
   for (const auto& [mutant, name] : mutants) {
-    const Kernels family = mutant == emu::Mutant::WmmaMissingBarrier ? Kernels::Wmma : Kernels::Mma;
     for (HalfType type : {HalfType::BF16, HalfType::F16}) {
       const Problem p(type, AttentionShape{1, 129, 2, 64});
       const std::string what = std::string(name) + ", " + describe(type, p.shape);
       Emulated intact(p), broken(p);
-      REQUIRE(emu::attention_forward(intact.out.data(), intact.lse.f32(), p.qkv.data(), type, p.shape,
-                                     emu::Bf16Operands::Split, family) == 0);
+      REQUIRE(emu::attention_forward(intact.out.data(), intact.lse.f32(), p.qkv.data(), type, p.shape) == 0);
       CHECK(test::worst_ulp_error(intact.out.values(), p.out.values(), dtype_of(type)).worst <= ulp_bound(type));
 
       std::string emulator_report;
@@ -360,15 +346,11 @@ TEST_CASE("the emulated launchers refuse head dims other than 64 and 128 and mis
   AttentionShape wrong_dim = p.shape;
   wrong_dim.head_dim = 32;  // same buffers, read as 4 heads of 32
   wrong_dim.heads = 4;
-  for (Kernels family : {Kernels::Mma, Kernels::Wmma}) {
-    CHECK(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, wrong_dim, emu::Bf16Operands::Split,
-                                 family) != 0);
-    void* shifted = static_cast<char*>(e.out.data()) + 2;  // one bf16 element in
-    CHECK(emu::attention_forward(shifted, e.lse.f32(), p.qkv.data(), p.type, p.shape, emu::Bf16Operands::Split,
-                                 family) != 0);
-    CHECK(emu::attention_backward(e.dqkv.data(), p.dout.data(), p.qkv.data(), p.lse.f32(), p.delta.f32(), p.type,
-                                  wrong_dim, emu::Bf16Operands::Split, family) != 0);
-  }
+  CHECK(emu::attention_forward(e.out.data(), e.lse.f32(), p.qkv.data(), p.type, wrong_dim) != 0);
+  void* shifted = static_cast<char*>(e.out.data()) + 2;  // one bf16 element in
+  CHECK(emu::attention_forward(shifted, e.lse.f32(), p.qkv.data(), p.type, p.shape) != 0);
+  CHECK(emu::attention_backward(e.dqkv.data(), p.dout.data(), p.qkv.data(), p.lse.f32(), p.delta.f32(), p.type,
+                                wrong_dim) != 0);
   // Refusals write nothing: the outputs still hold their poison.
   const std::vector<float> out = e.out.values();
   CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));

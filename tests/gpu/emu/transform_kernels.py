@@ -8,7 +8,6 @@ Rewrites, per file (sources named on the command line and the local headers they
   * strata::cuda, namespace cuda, cuda::   -> strata::<--namespace> etc., so the emulated code
                                              never shares a symbol with the real kernels library
                                              linked into the same test;
-  * attention_wmma.cuh                      -> its cp.async section (inline PTX) becomes emulator calls;
   * mma_ptx.cuh                             -> each '// ---- ptx section: NAME' (mma.sync, ldmatrix,
                                              cp.async) becomes the emulator calls of PTX_HOOKS[NAME];
   * extern __shared__ T name[];             -> T* const name = the block's dynamic shared memory;
@@ -17,11 +16,10 @@ Rewrites, per file (sources named on the command line and the local headers they
   * k<<<grid, block, smem, s>>>(args)       -> ::strata::emu::launch(k, grid, block, smem, s)(args),
                                              or launch_deduced when k is a kernel template whose
                                              arguments the call deduces;
-  * --mutant NAME                           -> one planted bug the tests must catch (MUTANTS): the WMMA
-                                             forward without the first __syncthreads() of its key-tile loop
-                                             (barrier), the mma.sync forward without its cp.async wait
-                                             (cp-async-wait), or with V's ldmatrix.trans lanes passing the
-                                             rows of K's mapping (lane-mapping).
+  * --mutant NAME                           -> one planted bug the tests must catch (MUTANTS): the mma.sync
+                                             forward without its cp.async wait (cp-async-wait), or with V's
+                                             ldmatrix.trans lanes passing the rows of K's mapping
+                                             (lane-mapping).
 Kernel files are named relative to --kernels, backend files (backend/...) relative to --src; the
 output tree mirrors both. Each output starts with a #line directive, so diagnostics point at the
 original sources.
@@ -32,20 +30,6 @@ import re
 import sys
 
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-CP_ASYNC_MARKER = "// ---- cp.async"
-CP_ASYNC_FUNCTIONS = {"cp_async_16", "cp_async_4", "cp_async_commit", "cp_async_wait"}
-CP_ASYNC_HOOKS = """\
-// ---- cp.async, routed to the CPU emulator by tests/gpu/emu/transform_kernels.py ----
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
-  ::strata::emu::async_copy(smem_dst, gmem_src, 16);
-}
-__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src) {
-  ::strata::emu::async_copy(smem_dst, gmem_src, 4);
-}
-__device__ __forceinline__ void cp_async_commit() { ::strata::emu::async_commit(); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() { ::strata::emu::async_wait(kPending); }
-"""
 # kernels/mma_ptx.cuh: each section, from its opening marker to its closing one, is replaced by the
 # hooks of the same name, which must define the same functions (the warp-collective semantics
 # live in the emulator: tests/gpu/emu/emu_ptx.cpp).
@@ -96,7 +80,6 @@ TEMPLATE_KERNEL = re.compile(
 # becomes `replacement`.
 KEY_LOOP = "for (int kt = 0; kt <= q_tile_index; ++kt) {"
 MUTANTS = {
-    "barrier": ("attention_wmma_forward.cu", KEY_LOOP, "__syncthreads();", "/* mutant: barrier removed */"),
     "cp-async-wait": ("attention_mma_forward.cu", KEY_LOOP, "ptx::cp_async_wait<1>();", "/* mutant: wait removed */"),
     "lane-mapping": ("attention_mma.cuh", "load_v_fragments(", "key0 + (i & 1) * 8 + j, dim0 + (i >> 1) * 8",
                      "key0 + (i >> 1) * 8 + j, dim0 + (i & 1) * 8 /* mutant: K's lane mapping */"),
@@ -132,27 +115,6 @@ def rename_namespace(text, name, namespace):
     text = re.sub(r'\bstrata::cuda\b', f"strata::{namespace}", text)
     text = re.sub(r'\bnamespace\s+cuda\b', f"namespace {namespace}", text)
     return re.sub(r'(?<![\w:.])cuda::', f"{namespace}::", text)
-
-
-def replace_cp_async(text, name):
-    start = text.find(CP_ASYNC_MARKER)
-    if start < 0:
-        die(f"{name}: marker '{CP_ASYNC_MARKER}' not found; the emulator replaces the cp.async inline assembly "
-            f"that follows it with emulator calls")
-    start = text.rfind("\n", 0, start) + 1
-    asm_uses = [m.start() for m in re.finditer(r'\basm\b', text)]
-    if not asm_uses or asm_uses[0] < start:
-        die(f"{name}: expected the inline assembly inside the section opened by '{CP_ASYNC_MARKER}'")
-    closing = re.compile(r'^}[ \t]*$', re.M).search(text, asm_uses[-1])
-    if not closing:
-        die(f"{name}: no closing '}}' at the start of a line after the last inline assembly of the cp.async section")
-    end = closing.end() + 1
-    section = without_comments(text[start:end])
-    defined = set(re.findall(r'\b(cp_async_\w+)\s*\(', section))
-    if defined != CP_ASYNC_FUNCTIONS:
-        die(f"{name}: the cp.async section defines {sorted(defined)}, the emulator hooks cover "
-            f"{sorted(CP_ASYNC_FUNCTIONS)}; update CP_ASYNC_HOOKS in tests/gpu/emu/transform_kernels.py")
-    return text[:start] + pad_to_lines(CP_ASYNC_HOOKS, text[start:end]) + text[end:]
 
 
 def replace_ptx_sections(text, name):
@@ -304,8 +266,6 @@ def main():
         display = os.path.relpath(path, repo_root)
         base = os.path.basename(path)
         text = rename_namespace(text, display, args.namespace)
-        if base == "attention_wmma.cuh":
-            text = replace_cp_async(text, display)
         if base == PTX_FILE:
             text = replace_ptx_sections(text, display)
         if base.endswith((".cu", ".cuh")):

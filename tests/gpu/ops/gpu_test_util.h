@@ -12,7 +12,6 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "kernel_selection.cuh"
 #include "tolerances.h"
 #include "ulp_compare.h"
 
@@ -48,16 +47,6 @@ class Mirrored {
  private:
   std::vector<uint8_t> host_;
   Buffer device_;
-};
-
-// Selects a kernel set (kernel_selection.cuh) for its lifetime, then hands the choice back to
-// STRATA_KERNELS, so one process checks the new and the previous kernel alike.
-class KernelSetOverride {
- public:
-  explicit KernelSetOverride(cuda::KernelSet set) { cuda::override_kernel_set(set); }
-  ~KernelSetOverride() { cuda::clear_kernel_set_override(); }
-  KernelSetOverride(const KernelSetOverride&) = delete;
-  KernelSetOverride& operator=(const KernelSetOverride&) = delete;
 };
 
 // max_i |actual_i − expected_i| / max(|expected_i|, mean |expected|) ≤ tol. Judging tiny

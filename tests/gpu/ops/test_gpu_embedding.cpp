@@ -1,8 +1,7 @@
 // The embedding backward on text-like ids — one token far more frequent than the rest, so its
 // row's run in the sorted order spans many pieces and piece groups — against the CPU backend:
 // bit for bit under the piece order every backend shares (backend.h, kEmbeddingGradPiece), for
-// fp32 and bf16 gradients, whole-table and vocabulary-slice; the previous kernel (plain position
-// order) within fp32 rounding.
+// fp32 and bf16 gradients, whole-table and vocabulary-slice.
 #include "catch_compat.h"
 
 #include <vector>
@@ -71,16 +70,4 @@ TEST_CASE("gpu: the vocab-parallel embedding backward of text-like ids equals th
     CHECK(g.dwte.gpu_values() == g.dwte.cpu_values());
     CHECK(g.dwpe.gpu_values() == g.dwpe.cpu_values());
   }
-}
-
-TEST_CASE("gpu: the previous embedding backward adds in position order, within fp32 rounding of the pieces") {
-  const KernelSetOverride previous(cuda::KernelSet::Previous);
-  EmbeddingGrads g(2, 512, kVocab, 64, DType::F32, DType::F32);
-  cpu().embedding_backward(g.dwte.cpu_tensor, g.dwpe.cpu_tensor, g.dout.cpu_tensor, g.tokens.cpu_tensor, 0, kVocab);
-  gpu().embedding_backward(g.dwte.gpu_tensor, g.dwpe.gpu_tensor, g.dout.gpu_tensor, g.tokens.gpu_tensor, 0, kVocab);
-  // The frequent row sums ~340 unit normals in two fp32 orders whose partial sums reach ~20:
-  // each errs by √n · 2⁻²⁴ · 20 ≈ 2e-5 typically (n · 2⁻²⁴ · 20 ≈ 4e-4 at worst), so 1e-4.
-  check_relative(g.dwte.gpu_values(), g.dwte.cpu_values(), 1e-4, "dwte, previous kernel");
-  CHECK(g.dwte.gpu_values() != g.dwte.cpu_values());  // really the other order
-  CHECK(g.dwpe.gpu_values() == g.dwpe.cpu_values());
 }

@@ -1,12 +1,11 @@
 // GPU layer ops against the CPU backend on fresh random inputs: matmul (all transpose, bias and
 // accumulate variants, fp32 without TF32 and bf16, misaligned operands), the GELU epilogue, bias
-// and layernorm gradients (the layernorm backward under both kernel sets), embeddings and the
-// fused cross-entropy, with determinism checks for backwards.
+// and layernorm gradients (the layernorm backward's one-pass and wide-row kernels), embeddings and
+// the fused cross-entropy, with determinism checks for backwards.
 #include "catch_compat.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "gpu_test_util.h"
 #include "layernorm.cuh"
@@ -34,11 +33,10 @@ void check_gelu_of(const Mirrored& out, const Mirrored& pre, double max_ulps, co
 // order (1e-4, as for the bf16 × bf16 → fp32 GEMM above), or fp32 operands (1e-5).
 double gradient_tolerance(DType operands) { return operands == DType::F32 ? 1e-5 : 1e-4; }
 
-// The backward from the CPU's statistics on both sides (so only the backward is compared) with
-// `set` selected, into dinp of `dtype` and dweight/dbias of `grads`; then the same backward from
-// the same starting gradients must give the same bits.
-void check_layernorm_backward(int64_t n, int64_t c, DType dtype, DType grads, cuda::KernelSet set, uint64_t seed) {
-  const KernelSetOverride selected(set);
+// The backward from the CPU's statistics on both sides (so only the backward is compared), into
+// dinp of `dtype` and dweight/dbias of `grads`; then the same backward from the same starting
+// gradients must give the same bits.
+void check_layernorm_backward(int64_t n, int64_t c, DType dtype, DType grads, uint64_t seed) {
   Mirrored inp({n, c}, dtype), w({c}, dtype), b({c}, dtype), out({n, c}, dtype);
   Mirrored mean({n}, DType::F32), rstd({n}, DType::F32);
   Mirrored dout({n, c}, dtype), dinp({n, c}, dtype), dw({c}, grads), db({c}, grads);
@@ -49,8 +47,7 @@ void check_layernorm_backward(int64_t n, int64_t c, DType dtype, DType grads, cu
   dinp.randomize(seed + 4);
   dw.randomize(seed + 5);
   db.randomize(seed + 6);
-  const std::string what = std::string(set == cuda::KernelSet::New ? "new" : "previous") + " kernel, " +
-                           dtype_name(dtype) + " N=" + std::to_string(n) + " C=" + std::to_string(c) +
+  const std::string what = std::string(dtype_name(dtype)) + " N=" + std::to_string(n) + " C=" + std::to_string(c) +
                            ", gradients " + dtype_name(grads);
   cpu().layernorm_forward(out.cpu_tensor, mean.cpu_tensor, rstd.cpu_tensor, inp.cpu_tensor, w.cpu_tensor, b.cpu_tensor);
   mean.sync_to_gpu();
@@ -190,30 +187,25 @@ TEST_CASE("gpu: layernorm forward and backward match the CPU and repeat bit for 
       check_output(out.gpu_values(), out.cpu_values(), dtype, kRoundedOnceUlps, "layernorm out " + what);
       check_relative(mean.gpu_values(), mean.cpu_values(), 1e-5, "layernorm mean " + what);
       check_relative(rstd.gpu_values(), rstd.cpu_values(), 1e-5, "layernorm rstd " + what);
-      for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-        check_layernorm_backward(n, c, dtype, DType::F32, set, 64);
-      }
+      check_layernorm_backward(n, c, dtype, DType::F32, 64);
     }
   }
-  // Without an override the backend follows STRATA_KERNELS (ctest runs this under both values).
-  const char* env = std::getenv("STRATA_KERNELS");
-  CHECK(cuda::use_previous_kernels() == (env != nullptr && std::string(env) == "previous"));
 }
 
-TEST_CASE("gpu: layernorm backward on partial vectors, strided rows and every type, under both kernels") {
+TEST_CASE("gpu: layernorm backward on partial vectors, strided rows, wide rows and every type") {
   struct Shape {
     int64_t rows, cols;
   };
   // 771 and 100 columns: no whole 16-byte vectors per row (the scalar path); 768: 8-wide bf16
   // and fp16, 4-wide fp32 vectors. 4100 rows: more than the 2048 warps of the fixed grid, so
-  // warps stride over several rows each. 1 row: a single warp of a single block.
-  const Shape shapes[] = {{1, 768}, {1, 771}, {37, 768}, {1031, 771}, {4100, 100}, {4100, 768}};
+  // warps stride over several rows each. 1 row: a single warp of a single block. 6200 columns:
+  // too wide for the one-pass kernel's shared-memory sums, so the wide-row kernel.
+  const Shape shapes[] = {{1, 768}, {1, 771}, {37, 768}, {1031, 771}, {4100, 100}, {4100, 768}, {37, 6200}};
+  REQUIRE(cuda::layernorm_backward_shape(37, 6200).warps == 0);
   for (const Shape s : shapes) {
     for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
       for (DType grads : {DType::F32, dtype}) {
-        for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-          check_layernorm_backward(s.rows, s.cols, dtype, grads, set, 300 + static_cast<uint64_t>(s.cols));
-        }
+        check_layernorm_backward(s.rows, s.cols, dtype, grads, 300 + static_cast<uint64_t>(s.cols));
         if (dtype == DType::F32) break;  // the activation type is fp32 already
       }
     }
@@ -307,29 +299,24 @@ TEST_CASE("gpu: embedding backward in bf16 with fp32 gradients matches the CPU")
   }
 }
 
-// Both kernel sets: bf16 rows take the one-pass kernel, or with Previous the two-pass one.
 TEST_CASE("gpu: softmax cross-entropy losses and dlogits over a padded vocabulary") {
-  for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-    for (DType dtype : {DType::F32, DType::BF16}) {
-      for (int64_t V : {int64_t{1000}, int64_t{777}}) {
-        const KernelSetOverride selected(set);
-        const int64_t N = 300, Vp = 1024;
-        Mirrored logits({N, Vp}, dtype), targets({N}, DType::I32), losses({N}, DType::F32);
-        logits.randomize(91, 4.0f);
-        targets.randomize(92, 1.0f, static_cast<int32_t>(V));
-        const std::string what = std::string(dtype_name(dtype)) + " V=" + std::to_string(V) +
-                                 (set == cuda::KernelSet::New ? " new kernels" : " previous kernels");
-        cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), false, 1.0f);
-        gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), false, 1.0f);
-        check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses " + what);
-        CHECK(logits.gpu_values() == logits.cpu_values());  // untouched without write_dlogits
-        cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
-        gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
-        const std::vector<float> dl = logits.gpu_values();
-        check_output(dl, logits.cpu_values(), dtype, kRoundedOnceUlps, "dlogits " + what);
-        for (int64_t i = 0; i < N; ++i)
-          for (int64_t j = V; j < Vp; ++j) REQUIRE(dl[static_cast<size_t>(i * Vp + j)] == 0.0f);
-      }
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    for (int64_t V : {int64_t{1000}, int64_t{777}}) {
+      const int64_t N = 300, Vp = 1024;
+      Mirrored logits({N, Vp}, dtype), targets({N}, DType::I32), losses({N}, DType::F32);
+      logits.randomize(91, 4.0f);
+      targets.randomize(92, 1.0f, static_cast<int32_t>(V));
+      const std::string what = std::string(dtype_name(dtype)) + " V=" + std::to_string(V);
+      cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), false, 1.0f);
+      gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), false, 1.0f);
+      check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses " + what);
+      CHECK(logits.gpu_values() == logits.cpu_values());  // untouched without write_dlogits
+      cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
+      gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 1.0f / N);
+      const std::vector<float> dl = logits.gpu_values();
+      check_output(dl, logits.cpu_values(), dtype, kRoundedOnceUlps, "dlogits " + what);
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = V; j < Vp; ++j) REQUIRE(dl[static_cast<size_t>(i * Vp + j)] == 0.0f);
     }
   }
   Mirrored logits({2, 64}, DType::F32), targets({2}, DType::I32);
@@ -341,24 +328,20 @@ TEST_CASE("gpu: softmax cross-entropy losses and dlogits over a padded vocabular
 }
 
 TEST_CASE("gpu: cross-entropy at GPT-2 vocabulary size repeats bit for bit") {
-  for (const cuda::KernelSet set : {cuda::KernelSet::New, cuda::KernelSet::Previous}) {
-    const KernelSetOverride selected(set);
-    INFO((set == cuda::KernelSet::New ? "new kernels (one pass)" : "previous kernels (two passes)"));
-    const int64_t N = 64, V = 50257, Vp = 50304;
-    Mirrored logits({N, Vp}, DType::BF16), targets({N}, DType::I32), losses({N}, DType::F32);
-    logits.randomize(95, 2.0f);
-    targets.randomize(96, 1.0f, static_cast<int32_t>(V));
-    cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 0.5f);
-    gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
-    check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses at V=50257");
-    check_ulps(logits.gpu_values(), logits.cpu_values(), DType::BF16, kRoundedOnceUlps, "dlogits at V=50257");
-    const auto first_losses = losses.gpu_bytes();
-    const auto first_dlogits = logits.gpu_bytes();
-    logits.randomize(95, 2.0f);
-    gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
-    CHECK(losses.gpu_bytes() == first_losses);
-    CHECK(logits.gpu_bytes() == first_dlogits);
-  }
+  const int64_t N = 64, V = 50257, Vp = 50304;
+  Mirrored logits({N, Vp}, DType::BF16), targets({N}, DType::I32), losses({N}, DType::F32);
+  logits.randomize(95, 2.0f);
+  targets.randomize(96, 1.0f, static_cast<int32_t>(V));
+  cpu().softmax_cross_entropy(logits.cpu_tensor, losses.cpu_tensor, targets.cpu_tensor, static_cast<int>(V), true, 0.5f);
+  gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
+  check_relative(losses.gpu_values(), losses.cpu_values(), 1e-5, "losses at V=50257");
+  check_ulps(logits.gpu_values(), logits.cpu_values(), DType::BF16, kRoundedOnceUlps, "dlogits at V=50257");
+  const auto first_losses = losses.gpu_bytes();
+  const auto first_dlogits = logits.gpu_bytes();
+  logits.randomize(95, 2.0f);
+  gpu().softmax_cross_entropy(logits.gpu_tensor, losses.gpu_tensor, targets.gpu_tensor, static_cast<int>(V), true, 0.5f);
+  CHECK(losses.gpu_bytes() == first_losses);
+  CHECK(logits.gpu_bytes() == first_dlogits);
 }
 
 TEST_CASE("gpu: matmul_gelu on a width the GELU epilogue cannot take runs unfused and matches the CPU") {

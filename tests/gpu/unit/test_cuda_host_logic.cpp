@@ -1,7 +1,6 @@
 // Host-side logic of the CUDA backend, tested without a GPU: the row-major → column-major GEMM
 // mapping (checked by running the mapped problem through a naive column-major GEMM), GEMM
-// argument checks and plan keys, launch shapes and workspace sizes (the tensor-core attention
-// layouts included), and the AdamW scalars.
+// argument checks and plan keys, launch shapes and workspace sizes, and the AdamW scalars.
 #include "catch_compat.h"
 
 #include <cmath>
@@ -201,116 +200,6 @@ TEST_CASE("attention takes the tensor-core kernels exactly for aligned bf16/fp16
     for (int64_t d : {16, 32, 48, 80, 96, 112}) CHECK_FALSE(attention_uses_tensor_cores(type, d, true));
   }
   for (int64_t d : {64, 128}) CHECK_FALSE(attention_uses_tensor_cores(ElemType::F32, d, true));
-}
-
-namespace {
-
-// A byte range of a kernel's dynamic shared memory.
-struct SmemRegion {
-  size_t offset, bytes;
-};
-
-// Regions listed in address order must start 128-byte aligned (WMMA pointers need 32), must not
-// overlap, and must end exactly at the kernel's total.
-void check_regions(const std::vector<SmemRegion>& regions, size_t total) {
-  for (size_t i = 0; i < regions.size(); ++i) {
-    CHECK(regions[i].offset % 128 == 0);
-    CHECK(regions[i].bytes % 128 == 0);
-    const size_t end = regions[i].offset + regions[i].bytes;
-    CHECK(end == (i + 1 < regions.size() ? regions[i + 1].offset : total));
-  }
-}
-
-// Blocks an H100/H200 SM holds by shared memory (228 KB per SM, 1 KB reserved per block).
-size_t blocks_per_sm(size_t smem) { return (228 * 1024) / (smem + 1024); }
-
-template <int kHeadDim>
-void check_wmma_layout() {
-  using L = WmmaAttentionLayout<kHeadDim>;
-  INFO("head_dim " << kHeadDim);
-  constexpr size_t kHopperSmemPerBlock = 227 * 1024;
-  const size_t warps = kWmmaWarps;
-  // WMMA leading dimensions: multiples of 8 elements for 16-bit tiles, of 4 for fp32 tiles.
-  CHECK(L::kTileLd % 8 == 0);
-  CHECK(L::kProbLd % 8 == 0);
-  CHECK(L::kOperandLd % 8 == 0);
-  CHECK(L::kScoreLd % 4 == 0);
-  CHECK(L::kChunkLd % 4 == 0);
-  // A tile row is whole 16-byte vectors (cp.async), and consecutive rows start 16 bytes apart
-  // modulo 128, so the eight rows a fragment load touches hit distinct bank groups.
-  CHECK((kHeadDim * 2) % 16 == 0);
-  CHECK((L::kTileLd * 2) % 128 == 16);
-  CHECK(L::kTileLd >= kHeadDim);
-  CHECK(L::kScoreLd >= kWmmaTile);
-  CHECK(L::kProbLd >= kWmmaTile);
-  CHECK(L::kChunkLd >= kWmmaFragment);
-  CHECK(L::kOperandLd >= kWmmaFragment);
-  CHECK(L::kScoreLd >= kWmmaFragment);  // the forward writes its output through the score tile
-  CHECK((L::kStages == 1 || L::kStages == 2));
-
-  check_regions({{L::kFwdQ, L::kTileBytes},
-                 {L::kFwdK, L::kTileBytes},
-                 {L::kFwdV, L::kTileBytes},
-                 {L::kFwdScores, warps * L::kWarpScoreBytes},
-                 {L::kFwdProbsHi, warps * L::kWarpProbBytes},
-                 {L::kFwdProbsLo, warps * L::kWarpProbBytes},
-                 {L::kFwdRowScale, warps * L::kChunkBytes}},
-                L::kFwdBytes);
-  check_regions({{L::kDkdvK, L::kTileBytes},
-                 {L::kDkdvV, L::kTileBytes},
-                 {L::kDkdvQ, L::kStages * L::kTileBytes},
-                 {L::kDkdvDout, L::kStages * L::kTileBytes},
-                 {L::kDkdvLse, L::kStages * L::kRowStatBytes},
-                 {L::kDkdvDelta, L::kStages * L::kRowStatBytes},
-                 {L::kDkdvChunks, warps * 2 * L::kChunkBytes},
-                 {L::kDkdvOperands, warps * 4 * L::kOperandBytes}},
-                L::kDkdvBytes);
-  check_regions({{L::kDqQ, L::kTileBytes},
-                 {L::kDqDout, L::kTileBytes},
-                 {L::kDqLse, L::kRowStatBytes},
-                 {L::kDqDelta, L::kRowStatBytes},
-                 {L::kDqK, L::kStages * L::kTileBytes},
-                 {L::kDqV, L::kStages * L::kTileBytes},
-                 {L::kDqChunks, warps * 2 * L::kChunkBytes},
-                 {L::kDqOperands, warps * 2 * L::kOperandBytes}},
-                L::kDqBytes);
-  // Sizes of the pieces themselves.
-  CHECK(L::kTileBytes == size_t{kWmmaTile} * L::kTileLd * 2);
-  CHECK(L::kWarpScoreBytes == size_t{kWmmaWarpRows} * L::kScoreLd * 4);
-  CHECK(L::kWarpProbBytes == size_t{kWmmaWarpRows} * L::kProbLd * 2);
-  CHECK(L::kChunkBytes == size_t{kWmmaWarpRows} * L::kChunkLd * 4);
-  CHECK(L::kOperandBytes == size_t{kWmmaWarpRows} * L::kOperandLd * 2);
-  CHECK(L::kRowStatBytes == size_t{kWmmaTile} * 4);
-
-  CHECK(attention_wmma_forward_smem_bytes(kHeadDim) == L::kFwdBytes);
-  CHECK(attention_wmma_dkdv_smem_bytes(kHeadDim) == L::kDkdvBytes);
-  CHECK(attention_wmma_dq_smem_bytes(kHeadDim) == L::kDqBytes);
-  for (size_t bytes : {L::kFwdBytes, L::kDkdvBytes, L::kDqBytes}) {
-    CHECK(bytes <= kHopperSmemPerBlock);
-    CHECK(blocks_per_sm(bytes) >= 2);  // one block's barrier stalls are covered by another's work
-  }
-}
-
-}  // namespace
-
-TEST_CASE("tensor-core attention tiles and shared-memory layouts are consistent and fit on Hopper") {
-  CHECK(kWmmaTile == kAttentionTile);
-  CHECK(kWmmaWarps * kWmmaWarpRows == kWmmaTile);
-  CHECK(kWmmaThreads == 32 * kWmmaWarps);
-  CHECK(kWmmaWarpRows == kWmmaFragment);
-  CHECK(kWmmaTile % kWmmaFragment == 0);
-  CHECK((kWmmaPad * 2) % 16 == 0);  // padding keeps 16-byte vectors aligned
-  check_wmma_layout<64>();
-  check_wmma_layout<128>();
-  CHECK(blocks_per_sm(attention_wmma_forward_smem_bytes(64)) >= 3);
-  CHECK(WmmaAttentionLayout<64>::kStages == 2);
-  // Exact budgets as designed (bytes): a change here is a deliberate layout change.
-  CHECK(attention_wmma_forward_smem_bytes(64) == 68608);
-  CHECK(attention_wmma_forward_smem_bytes(128) == 93184);
-  CHECK(attention_wmma_dkdv_smem_bytes(64) == 78848);
-  CHECK(attention_wmma_dkdv_smem_bytes(128) == 92672);
-  CHECK(attention_wmma_dq_smem_bytes(64) == 72192);
-  CHECK(attention_wmma_dq_smem_bytes(128) == 86528);
 }
 
 TEST_CASE("attention_shape checks qkv and the head split") {
