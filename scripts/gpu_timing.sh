@@ -36,9 +36,11 @@ step() {
   return "$rc"
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$summary" 2>&1
-nproc >>"$summary"
-free -g | sed -n 2p >>"$summary"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  nproc
+  free -g | sed -n 2p
+} >>"$summary"
 
 step configure 120 cmake -S "$root" -B "$build" -G Ninja -DSTRATA_CUDA=ON -DSTRATA_EMULATOR=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo || { cat "$summary"; exit 1; }
