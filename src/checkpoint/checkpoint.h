@@ -216,6 +216,13 @@ class CheckpointReader {
   // from (unless verify_checksums is false).
   static CheckpointReader open(const std::string& path, const std::string& source_key = "checkpoint.resume",
                                bool verify_checksums = true);
+  // A HuggingFace GPT-2 folder (config.json with model.safetensors, or shards named by
+  // model.safetensors.index.json) read as a checkpoint of parameters only: each parameter is
+  // "model.<HF name>" (a "transformer." prefix dropped), whole, in its file's dtype (F32, BF16 or
+  // F16); global_meta()["model"] holds config.json's dimensions under strata's names. Buffers
+  // (attn.bias, attn.masked_bias) and the tied lm_head.weight are skipped; any other name that is
+  // no GPT-2 parameter is a UserError naming it and `source_key`.
+  static CheckpointReader open_huggingface(const std::string& dir, const std::string& source_key);
 
   CheckpointReader(CheckpointReader&&) noexcept;
   CheckpointReader& operator=(CheckpointReader&&) noexcept;

@@ -211,6 +211,10 @@ struct ModelConfig {
   int seq_len = 1024;
   /// Activation recomputation in backward: none, selective (attention core) or full (whole layer).
   ActivationRecompute recompute = ActivationRecompute::None;
+  /// A HuggingFace GPT-2 folder (config.json, model.safetensors or sharded safetensors) whose
+  /// weights a fresh run starts from (fine-tuning); n_layer, n_head and d_model, when neither
+  /// given nor set by a preset, are taken from its config.json. Empty: random initialisation.
+  std::string init_from;
 };
 
 // `parallelism.pipeline`.

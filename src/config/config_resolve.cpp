@@ -1,6 +1,10 @@
 // Resolution: model presets, the batch triple, stage-dependent defaults, and the derived
 // numbers (rank grid, padded vocabulary, parameter count, FLOPs per token) that logs,
 // MFU and memory estimates are computed from.
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
 #include "config/config_internal.h"
 #include "core/error.h"
 
@@ -25,12 +29,40 @@ const ModelPreset* find_preset(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+// n_layer, n_head and n_embd of a HuggingFace GPT-2 folder's config.json; each unset when the
+// file or the key is missing or not a positive integer (validation then asks for the value).
+ModelPreset huggingface_dims(const std::string& dir) {
+  ModelPreset dims{"", 0, 0, 0};
+  std::ifstream in(dir + "/config.json");
+  if (!in) return dims;
+  const nlohmann::json c = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  auto get = [&](const char* key) {
+    return c.is_object() && c.contains(key) && c[key].is_number_integer() && c[key].get<int64_t>() > 0 &&
+                   c[key].get<int64_t>() <= (1 << 30)
+               ? c[key].get<int>()
+               : 0;
+  };
+  dims.n_layer = get("n_layer");
+  dims.n_head = get("n_head");
+  dims.d_model = get("n_embd");
+  return dims;
+}
+
+}  // namespace
+
 ModelConfig expand_preset(const ModelConfig& model) {
   ModelConfig out = model;
   if (const ModelPreset* preset = find_preset(model.preset)) {
     if (!out.n_layer) out.n_layer = preset->n_layer;
     if (!out.n_head) out.n_head = preset->n_head;
     if (!out.d_model) out.d_model = preset->d_model;
+  } else if (!model.init_from.empty() && (!out.n_layer || !out.n_head || !out.d_model)) {
+    const ModelPreset dims = huggingface_dims(model.init_from);
+    if (!out.n_layer && dims.n_layer > 0) out.n_layer = dims.n_layer;
+    if (!out.n_head && dims.n_head > 0) out.n_head = dims.n_head;
+    if (!out.d_model && dims.d_model > 0) out.d_model = dims.d_model;
   }
   return out;
 }

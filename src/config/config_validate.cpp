@@ -206,8 +206,13 @@ void check_model(const Config& c, Problems& p) {
   const std::pair<const char*, std::optional<int>> dims[] = {
       {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head}, {"model.d_model", m.d_model}};
   for (const auto& dim : dims) {
-    if (!dim.second && given.preset.empty())
+    if (dim.second || !given.preset.empty()) continue;
+    if (given.init_from.empty()) {
       p.add(dim.first, "required without a preset (or set model.preset: one of " + preset_names() + ")");
+    } else {
+      p.add(dim.first, "not given, and model.init_from's " + given.init_from +
+                           "/config.json does not give it (set it, or check model.init_from)");
+    }
   }
   check_ranges(c, "model", p);  // the given values: a preset's own are valid
   if (m.n_head && m.d_model && *m.n_head >= 1 && *m.d_model >= 1 && *m.d_model % *m.n_head != 0)

@@ -88,6 +88,11 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
 // The bytes of this rank's file in a checkpoint of the engine's state.
 uint64_t checkpoint_bytes_of_rank(Engine& engine);
 LoopState read_training_checkpoint(const std::string& path, const std::string& source_key, Engine& engine, int rank);
+// model.init_from: the parameters this rank holds, from a HuggingFace GPT-2 folder (every
+// tensor of the model present with its shape, no tensor the model lacks; wpe may hold more
+// positions than seq_len, wte more rows than vocab_size: the first are read). The optimizer state
+// is left as it is (fresh); call engine.params_loaded() after. UserError on any mismatch.
+void read_pretrained_weights(const std::string& dir, Engine& engine);
 // Writes grads with HF names (wte cut to vocab_size rows) to a safetensors file, divided by
 // `divisor` (the loss scale they carry under fp16, over the multiplier still to come after the
 // data-parallel reduction) so that they are the true gradients.

@@ -27,19 +27,31 @@ const char* state_prefix(StateKind kind) {
 
 constexpr StateKind kAllKinds[] = {StateKind::Params, StateKind::ExpAvg, StateKind::ExpAvgSq};
 
-// The saved tensor must have the model's shape, except that wte may carry another vocab
-// padding (only its real rows are read).
-void check_saved_shape(const CheckpointReader& reader, const std::string& key, const ParamSpec& spec, int vocab_size) {
+// A leading run of rows read from a saved table with more rows: wte under another vocab padding
+// (or, imported, the real vocabulary), and imported wpe with more positions than seq_len.
+bool reads_leading_rows(const ParamSpec& spec, bool imported) {
+  return spec.name == "wte.weight" || (imported && spec.name == "wpe.weight" && !spec.tp_sharded());
+}
+
+// The saved tensor must have the model's shape, except for reads_leading_rows's tables, whose
+// first dimension may be larger (only the rows the model has are read).
+void check_saved_shape(const CheckpointReader& reader, const std::string& key, const ParamSpec& spec, int vocab_size,
+                       bool imported = false) {
   const TensorInfo& info = reader.info(key);
-  const bool is_wte = spec.name == "wte.weight";
   const std::vector<int64_t>& want = spec.global_shape;
+  const int64_t rows = spec.name == "wte.weight" ? vocab_size : want.at(0);
   bool fits = info.global_shape.size() == want.size();
   for (size_t d = 0; fits && d < want.size(); ++d) {
-    fits = (d == 0 && is_wte) ? info.global_shape[0] >= vocab_size : info.global_shape[d] == want[d];
+    fits = (d == 0 && reads_leading_rows(spec, imported)) ? info.global_shape[0] >= rows
+                                                            : info.global_shape[d] == want[d];
   }
   if (!fits) {
-    throw UserError(fmt::format("{}: tensor {} has shape {} in the checkpoint but the model needs {}", reader.path(),
-                                key, nlohmann::json(info.global_shape).dump(), nlohmann::json(want).dump()));
+    std::vector<int64_t> needed = want;
+    if (reads_leading_rows(spec, imported)) needed[0] = rows;  // at least these rows
+    throw UserError(fmt::format("{}{}: tensor {} has shape {} {} but the model needs {}",
+                                imported ? "model.init_from: " : "", reader.path(), imported ? key.substr(6) : key,
+                                nlohmann::json(info.global_shape).dump(),
+                                imported ? "in the folder" : "in the checkpoint", nlohmann::json(needed).dump()));
   }
 }
 
@@ -48,6 +60,10 @@ void check_saved_shape(const CheckpointReader& reader, const std::string& key, c
 void read_slice(const CheckpointReader& reader, const std::string& key, const SpecSlice& slice, int vocab_size,
                 int d_model, float* dst) {
   const ParamSpec& spec = *slice.spec;
+  if (spec.name == "wpe.weight" && !spec.tp_sharded() && reader.info(key).global_shape.at(0) > spec.global_shape[0]) {
+    reader.read_flat(key, slice.begin, slice.count, DType::F32, dst);  // the first positions: leading rows
+    return;
+  }
   if (spec.name == "wte.weight") {
     // One run of the table (TP splits it by rows). Rows past the real vocabulary are padding: zero
     // here, whatever padding (another TP size) saved them.
@@ -211,6 +227,40 @@ LoopState read_training_checkpoint(const std::string& path, const std::string& s
     // A manifest that parses but lacks a field, or holds one of the wrong type.
     throw UserError(fmt::format("{}: {}: the manifest's training state is incomplete or malformed ({})", source_key,
                                 reader.path(), e.what()));
+  }
+}
+
+void read_pretrained_weights(const std::string& dir, Engine& engine) {
+  const CheckpointReader reader = CheckpointReader::open_huggingface(dir, "model.init_from");
+  const std::string where = "model.init_from: " + reader.path();
+  const GptDims& dims = engine.model().dims();
+  const nlohmann::json& folder = reader.global_meta().at("model");
+  // No tensor the model lacks: a deeper folder would otherwise start a shallower model silently.
+  for (const std::string& key : reader.tensor_names()) {
+    const std::string name = key.substr(6);  // after "model."
+    if (name.rfind("h.", 0) != 0) continue;
+    const int64_t layer = std::stoll(name.substr(2, name.find('.', 2) - 2));
+    if (layer >= dims.n_layer) {
+      throw UserError(fmt::format("{}: holds {} but the model has {} layers (its config.json says n_layer {}); set "
+                                  "model.n_layer to the folder's or leave it unset",
+                                  where, name, dims.n_layer, folder.at("n_layer").dump()));
+    }
+  }
+  const std::vector<ParamSpec>& specs = engine.params();
+  for (const ParamSpec& spec : specs) {
+    if (spec.tied_copy) continue;
+    if (!reader.contains("model." + spec.name)) {
+      throw UserError(fmt::format("{}: has no tensor {}, which the model needs (the folder's config.json: n_layer {}, "
+                                  "n_embd {})",
+                                  where, spec.name, folder.at("n_layer").dump(), folder.at("d_model").dump()));
+    }
+    check_saved_shape(reader, "model." + spec.name, spec, dims.vocab_size, /*imported=*/true);
+  }
+  for (const FlatSpan& span : engine.held_spans(StateKind::Params)) {
+    for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
+      read_slice(reader, "model." + slice.spec->name, slice, dims.vocab_size, dims.d_model,
+                 span.data + slice.span_offset);
+    }
   }
 }
 

@@ -122,6 +122,7 @@ class Trainer {
  private:
   int run_loop();
   void start_state();
+  void load_pretrained();
   // checkpoint.resume auto: loads the newest sound checkpoint into the engine; false when there
   // is none (a fresh start).
   bool resume_newest_sound(std::string* path);

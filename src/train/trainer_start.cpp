@@ -41,6 +41,9 @@ void Trainer::start_state() {
   if (!resumed) check_same_start(-1);
   settle_run_identity(resumed, resume == "auto");
   if (resumed) {
+    if (!cfg_.model.init_from.empty()) {
+      log_info("model.init_from ({}) is not used: the run resumes from a checkpoint", cfg_.model.init_from);
+    }
     schedule_.set_iteration(state_.scheduler_iteration);
     sample_rng_.restore(state_.sample_rng);
     log_info("resumed from {} at step {}", resume_path, state_.step);
@@ -56,14 +59,29 @@ void Trainer::start_state() {
     warn_if_data_order_changed(state_.data_order);
   } else {
     engine_.init_weights(static_cast<uint64_t>(cfg_.train.seed));
+    if (!cfg_.model.init_from.empty()) load_pretrained();
     state_.next_sequence = 0;
     sample_rng_ = Rng(static_cast<uint64_t>(cfg_.train.seed), rng_stream_id("sample"));
     state_.sample_rng = sample_rng_.state();
     if (engine_.precision() == DType::F16) state_.loss_scaler = engine_.loss_scaler_state();
-    log_info("initialised weights (seed {})", cfg_.train.seed);
+    if (cfg_.model.init_from.empty()) log_info("initialised weights (seed {})", cfg_.train.seed);
     if (cfg_.checkpoint.save_initial && !cfg_.checkpoint.dir.empty()) save(0);
   }
   loader_->seek(state_.step, state_.next_sequence);
+}
+
+// model.init_from: every rank reads the parameters it holds from the HuggingFace folder (after
+// the seeded initialisation, so any state the folder does not hold starts as it would anyway);
+// the optimizer state stays fresh.
+void Trainer::load_pretrained() {
+  const std::string& dir = cfg_.model.init_from;
+  agree_on_user_errors(mpi_, "reading model.init_from", [&] { read_pretrained_weights(dir, engine_); });
+  engine_.params_loaded();
+  const std::string bad = engine_.first_nonfinite_state();
+  if (!bad.empty()) {
+    throw UserError(fmt::format("model.init_from: {}: {} holds a non-finite value", dir, bad), RaisedOn::EveryRank);
+  }
+  log_info("initialised weights from {} (HuggingFace GPT-2; fresh optimizer state)", dir);
 }
 
 // checkpoint.resume: auto. The newest checkpoint that loads whole (manifest, sizes, checksums of

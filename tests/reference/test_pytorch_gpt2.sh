@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # strata's single-rank fp32 CPU training against an independent PyTorch GPT-2: step-0 loss
 # (1e-5), every gradient (1e-4), and the loss curve of 10 AdamW steps with warmup, weight
-# decay and clipping (1e-4), all from the exported seed checkpoint.
+# decay and clipping (1e-4), all from the exported seed checkpoint; then the same for a run that
+# starts from the export of the trained model (model.init_from), against PyTorch from that folder.
 source "$(dirname "$0")/../lib/common.sh"
 PY="${STRATA_PYTHON3:-/usr/bin/python3}"
 # Without PyTorch (Ubuntu 24.04 has no python3-torch) the test is skipped (exit 77), saying why.
@@ -52,3 +53,13 @@ echo "$OUT" | tail -n 12
 run_expect 0 "$STRATA" export --checkpoint "$WORK/ckpt/step_00000000" --out "$WORK/hf"
 "$PY" "$SRC/tests/reference/gpt2_reference.py" --export "$WORK/hf" --grads "$WORK/grads.safetensors" \
   --metrics "$WORK/metrics.jsonl" --data "$WORK/data/train_*.bin" --settings "$WORK/settings.json"
+
+# Fine-tuning: a fresh run from the trained model's export (model.init_from) against PyTorch
+# starting from the same folder.
+run_expect 0 "$STRATA" export --checkpoint "$WORK/ckpt" --out "$WORK/hf_trained"
+run_expect 0 "$STRATA" train --config "$WORK/ref.yaml" --set model.init_from="$WORK/hf_trained" \
+  --set checkpoint.dir="$WORK/ckpt_tuned" --set logging.metrics_file="$WORK/tuned.jsonl" \
+  --dump-grads "$WORK/tuned_grads.safetensors"
+expect_contains "$OUT" "initialised weights from $WORK/hf_trained"
+"$PY" "$SRC/tests/reference/gpt2_reference.py" --export "$WORK/hf_trained" --grads "$WORK/tuned_grads.safetensors" \
+  --metrics "$WORK/tuned.jsonl" --data "$WORK/data/train_*.bin" --settings "$WORK/settings.json"

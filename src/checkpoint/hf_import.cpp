@@ -1,0 +1,130 @@
+// HuggingFace GPT-2 weights as a checkpoint: a folder's model.safetensors (or the shards its
+// model.safetensors.index.json names) read through the CheckpointReader, each tensor one whole
+// piece named "model.<HF name>", so a run of any layout loads the boxes it needs as it would
+// from a strata checkpoint. config.json gives the model's dimensions.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <set>
+
+#include "checkpoint/reader_impl.h"
+
+namespace strata {
+namespace {
+
+constexpr const char* kWeightsFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+const std::set<std::string>& layer_tensor_suffixes() {
+  static const std::set<std::string> suffixes = {
+      "ln_1.weight",        "ln_1.bias",          "attn.c_attn.weight", "attn.c_attn.bias",
+      "attn.c_proj.weight", "attn.c_proj.bias",   "ln_2.weight",        "ln_2.bias",
+      "mlp.c_fc.weight",    "mlp.c_fc.bias",      "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+  return suffixes;
+}
+
+// The layer index of "h.<i>.<suffix>", or -1 when the name is no layer tensor.
+int64_t layer_of(const std::string& name, std::string* suffix) {
+  if (name.rfind("h.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 2);
+  if (dot == std::string::npos || dot == 2) return -1;
+  const std::string digits = name.substr(2, dot - 2);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) || digits.size() > 9) {
+    return -1;
+  }
+  *suffix = name.substr(dot + 1);
+  return std::stoll(digits);
+}
+
+// Buffers and tied copies a HuggingFace GPT-2 file may carry besides its parameters.
+bool is_buffer(const std::string& name, const std::string& suffix, int64_t layer) {
+  return name == "lm_head.weight" || (layer >= 0 && (suffix == "attn.bias" || suffix == "attn.masked_bias"));
+}
+
+// The safetensors files of the folder: the index's, or model.safetensors.
+std::vector<std::string> weight_files(const std::string& dir, const std::string& where) {
+  const std::string index_path = ckpt::join_path(dir, kIndexFile);
+  if (!ckpt::path_exists(index_path)) {
+    if (!ckpt::path_exists(ckpt::join_path(dir, kWeightsFile))) {
+      throw UserError(fmt::format("{}: neither {} nor {} is there: not a HuggingFace model folder", where,
+                                  kWeightsFile, kIndexFile));
+    }
+    return {kWeightsFile};
+  }
+  std::set<std::string> files;
+  try {
+    const nlohmann::json index = nlohmann::json::parse(ckpt::read_text_file(index_path));
+    for (const auto& [name, file] : index.at("weight_map").items()) files.insert(file.get<std::string>());
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(fmt::format("{}: {}: malformed index ({})", where, kIndexFile, e.what()));
+  }
+  for (const std::string& f : files) {
+    if (f.find('/') != std::string::npos || !ckpt::path_exists(ckpt::join_path(dir, f))) {
+      throw UserError(fmt::format("{}: {} names {}, which is not a file of the folder", where, kIndexFile, f));
+    }
+  }
+  return {files.begin(), files.end()};
+}
+
+// n_layer, n_head, d_model, vocab_size, seq_len from config.json (GPT-2's key names).
+nlohmann::json model_dims(const std::string& dir, const std::string& where) {
+  const std::string path = ckpt::join_path(dir, "config.json");
+  if (!ckpt::path_exists(path)) throw UserError(fmt::format("{}: no config.json: not a HuggingFace model folder", where));
+  try {
+    const nlohmann::json c = nlohmann::json::parse(ckpt::read_text_file(path));
+    return {{"n_layer", c.at("n_layer")}, {"n_head", c.at("n_head")},         {"d_model", c.at("n_embd")},
+            {"vocab_size", c.at("vocab_size")}, {"seq_len", c.at("n_positions")}};
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(fmt::format("{}: config.json is not a GPT-2 configuration ({})", where, e.what()));
+  }
+}
+
+// The checkpoint name ("model.<HF name>") of one of the file's tensors, or "" for a buffer; a
+// name that is no GPT-2 parameter, or a dtype no parameter has, is refused.
+std::string parameter_key(const SafetensorsEntry& e, const std::string& where) {
+  const std::string name = e.name.rfind("transformer.", 0) == 0 ? e.name.substr(12) : e.name;
+  std::string suffix;
+  const int64_t layer = layer_of(name, &suffix);
+  if (is_buffer(name, suffix, layer)) return "";
+  const bool known = layer >= 0 ? layer_tensor_suffixes().count(suffix) > 0
+                                : (name == "wte.weight" || name == "wpe.weight" || name == "ln_f.weight" ||
+                                   name == "ln_f.bias");
+  if (!known) throw UserError(fmt::format("{}: tensor {} is not a GPT-2 parameter", where, e.name));
+  if (e.dtype != DType::F32 && e.dtype != DType::BF16 && e.dtype != DType::F16) {
+    throw UserError(fmt::format("{}: tensor {} is {}; parameters must be F32, BF16 or F16", where, e.name,
+                                dtype_name(e.dtype)));
+  }
+  return "model." + name;
+}
+
+}  // namespace
+
+CheckpointReader CheckpointReader::open_huggingface(const std::string& dir, const std::string& source_key) {
+  const std::string where = source_key + ": " + dir;
+  if (!ckpt::is_directory(dir)) throw UserError(where + ": not a directory");
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  impl->verify = false;  // no checksums: the files are the user's
+  impl->global_meta = {{"model", model_dims(dir, where)}};
+  impl->rank_states.push_back(nlohmann::json::object());
+  for (const std::string& name : weight_files(dir, where)) {
+    Impl::File file;
+    file.name = name;
+    impl->files.push_back(std::move(file));
+    const size_t index = impl->files.size() - 1;
+    for (const SafetensorsEntry& e : impl->reader(index).entries()) {
+      const std::string key = parameter_key(e, where);
+      if (key.empty()) continue;
+      Impl::Tensor tensor;
+      tensor.info.dtype = e.dtype;
+      tensor.info.global_shape = e.shape;
+      tensor.pieces.push_back({index, e.name, e.shape, std::vector<int64_t>(e.shape.size(), 0), e.shape});
+      if (!impl->tensors.emplace(key, std::move(tensor)).second) {
+        throw UserError(fmt::format("{}: tensor {} appears twice", where, key.substr(6)));
+      }
+    }
+  }
+  return CheckpointReader(std::move(impl));
+}
+
+}  // namespace strata
