@@ -9,7 +9,7 @@
 namespace strata::emu {
 
 // A kernel broke a rule of the CUDA execution model that the emulator checks (barrier
-// divergence, deadlock, misaligned or out-of-range WMMA/cp.async access, ...). The message
+// divergence, deadlock, misaligned or out-of-range ldmatrix/cp.async access, ...). The message
 // names the rule and the block and thread that broke it.
 class EmulationError : public std::runtime_error {
  public:
@@ -77,9 +77,8 @@ EmulatorStats emulator_stats();
 void reset_emulator_stats();
 
 // Small kernels that break one rule each; they run on the emulator and report what it saw.
-// The first two return the EmulationError message, or "" when the emulator raised none.
+// The first returns the EmulationError message, or "" when the emulator raised none.
 std::string probe_skipped_block_barrier();  // one warp skips a __syncthreads() the others reach
-std::string probe_misaligned_wmma_load();   // WMMA load from shared memory 16 bytes off alignment
 // Each thread cp.async-copies its own 16 bytes, waits for them, then reads its neighbour's
 // (with or without a __syncthreads() in between); returns how many reads found data that had
 // not landed (the poison of fresh shared memory).

@@ -2,7 +2,6 @@
 // launched through the same path as the attention kernels, so the tests can prove that the
 // emulator enforces the rule rather than trusting that it does.
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <vector>
 
@@ -17,17 +16,6 @@ constexpr int kFloatsPerCopy = 4;  // one 16-byte cp.async
 __global__ void skipped_barrier_kernel(int* visits) {
   if (threadIdx.x / 32 != 1) __syncthreads();  // warp 1 never arrives
   visits[threadIdx.x] = 1;
-}
-
-__global__ void misaligned_wmma_kernel(float* first_elements) {
-  constexpr unsigned kTileLd = 24;
-  unsigned char* smem = dynamic_shared_memory(128);
-  __half* tile = reinterpret_cast<__half*>(smem + 16);  // 16-byte but not 32-byte aligned
-  for (unsigned i = threadIdx.x; i < 16 * kTileLd; i += blockDim.x) tile[i] = __float2half_rn(1.0f);
-  __syncthreads();
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> a;
-  nvcuda::wmma::load_matrix_sync(a, tile, kTileLd);
-  first_elements[threadIdx.x] = __half2float(a.x[0]);
 }
 
 __global__ void neighbour_read_kernel(const float* source, int* saw_poison, bool barrier_before_read) {
@@ -46,11 +34,6 @@ __global__ void neighbour_read_kernel(const float* source, int* saw_poison, bool
 std::string probe_skipped_block_barrier() {
   std::vector<int> visits(kThreads, 0);
   return error_message_of([&] { launch(skipped_barrier_kernel, dim3(1), dim3(kThreads))(visits.data()); });
-}
-
-std::string probe_misaligned_wmma_load() {
-  std::vector<float> first(kThreads, 0.0f);
-  return error_message_of([&] { launch(misaligned_wmma_kernel, dim3(1), dim3(kThreads), 1024)(first.data()); });
 }
 
 int probe_neighbour_reads_of_unlanded_data(bool barrier_before_read) {

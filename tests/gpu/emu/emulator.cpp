@@ -25,9 +25,6 @@ constexpr size_t kCanaryBytes = 256;
 // The shared-memory base sits 128 bytes past a 256-byte boundary: exactly the alignment the
 // kernels declare, so a kernel silently relying on more would misbehave here.
 constexpr size_t kSharedAlignment = 128;
-// Products a warp's lanes may drift apart by before a lane stops finding its record (then it
-// computes its own: slower, never wrong).
-constexpr size_t kProductRingPerWarp = 512;
 
 enum class ThreadState { Runnable, AtBlockBarrier, AtWarpBarrier, AtWarpCollective, Exited, Failed };
 
@@ -57,7 +54,6 @@ struct EmulatedThread {
   ThreadState state = ThreadState::Exited;
   CopyGroup open_group;                // issued, not yet committed
   std::deque<CopyGroup> committed;     // oldest first
-  uint64_t products_issued = 0;
   const char* collective = nullptr;  // the warp-collective instruction it waits in
   uint64_t collectives_issued = 0;
   GuardedStack stack{kStackBytes};
@@ -110,8 +106,6 @@ struct Emulator {
   // collectives later, when every lane of its warp has finished reading the previous contents.
   std::vector<WarpPost> postings;
   std::vector<WarpSnapshot> snapshots;  // one per warp
-  std::vector<ProductRecord> products;
-  uint64_t block_serial = 0;
   std::string failure;
   std::unordered_map<uintptr_t, size_t> shared_limits;
   EmulatorStats stats;
@@ -180,7 +174,6 @@ void prepare_block(Emulator& e) {
   std::memset(e.static_shared.base, kPoison, e.static_poisoned);
   e.static_variables.clear();
   e.static_used = 0;
-  ++e.block_serial;
   for (unsigned i = 0; i < e.threads; ++i) {
     EmulatedThread& t = *e.thread_pool[i];
     t.index = i;
@@ -188,7 +181,6 @@ void prepare_block(Emulator& e) {
     t.state = ThreadState::Runnable;
     t.open_group.clear();
     t.committed.clear();
-    t.products_issued = 0;
     t.collective = nullptr;
     t.collectives_issued = 0;
     prepare_context(t.context, t.stack, thread_entry);
@@ -474,14 +466,6 @@ void fail(const std::string& rule) {
   std::abort();  // a failed thread is never resumed
 }
 
-ProductRecord& next_product_record(uint64_t* key) {
-  Emulator& e = emulator();
-  EmulatedThread& t = running_thread("wmma::mma_sync");
-  const uint64_t sequence = t.products_issued++;
-  *key = (e.block_serial << 32) | sequence;
-  return e.products[(t.index / kWarpSize) * kProductRingPerWarp + sequence % kProductRingPerWarp];
-}
-
 void set_dynamic_shared_limit(uintptr_t kernel_id, size_t bytes) { emulator().shared_limits[kernel_id] = bytes; }
 
 size_t dynamic_shared_limit(uintptr_t kernel_id) {
@@ -508,8 +492,6 @@ void run_grid(Dim3 grid, Dim3 block, size_t shared_bytes, const std::function<vo
   e.exchange.assign(e.threads, 0);
   e.postings.assign(2 * size_t{e.threads}, WarpPost{});
   e.snapshots.assign(warp_count(e.threads), WarpSnapshot{});
-  if (e.products.size() < warp_count(e.threads) * kProductRingPerWarp)
-    e.products.resize(warp_count(e.threads) * kProductRingPerWarp);
   e.dynamic_shared.allocate(shared_bytes);
   if (!e.static_shared.base) e.static_shared.allocate(kMaxStaticSharedBytes);
   e.grid = grid;

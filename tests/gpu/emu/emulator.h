@@ -61,19 +61,6 @@ bool in_shared_memory(const void* p, size_t bytes);  // dynamic or static shared
 // Reports a broken rule: raised as EmulationError by the scheduler, naming block and thread.
 [[noreturn]] void fail(const std::string& rule);
 
-// One 16×16×16 product as the lanes of a warp issue it: the operand fragments' raw storage
-// and the result. The lanes of a warp normally issue identical products; pairing each lane's
-// i-th product with the record of the warp's i-th lets one lane compute and the others reuse
-// it after comparing operands, which keeps a warp's 32 copies of each fragment affordable.
-struct ProductRecord {
-  uint64_t key = ~uint64_t{0};
-  int operand_type = 0;
-  unsigned char a[256 * 4], b[256 * 4];  // room for fp32 operands
-  float c[256], d[256];
-};
-// The record of this thread's next product and its key (equal keys: same warp, same index).
-ProductRecord& next_product_record(uint64_t* key);
-
 // PTX warp-matrix instructions (emu_ptx.cpp), as kernels/mma_ptx.cuh issues them.
 // ldmatrix.sync.aligned.m8n8.x{matrices}{.trans}.shared.b16: `row` is this lane's row address,
 // `registers` receives `matrices` 32-bit registers.

@@ -14,12 +14,6 @@ TEST_CASE("the emulator reports a __syncthreads that one warp skips") {
   CHECK(report.find("block (0, 0, 0)") != std::string::npos);
 }
 
-TEST_CASE("the emulator reports a WMMA load from a misaligned shared-memory tile") {
-  const std::string report = emu::probe_misaligned_wmma_load();
-  INFO("emulator report: " << report);
-  CHECK(report.find("not 32-byte aligned") != std::string::npos);
-}
-
 TEST_CASE("cp.async data reaches other threads only through a barrier in the emulator") {
   emu::set_schedule_seed(3);
   CHECK(emu::probe_neighbour_reads_of_unlanded_data(false) > 0);

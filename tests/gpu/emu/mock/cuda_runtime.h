@@ -207,7 +207,7 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   return __nv_bfloat16{static_cast<uint16_t>(bits >> 16)};
 }
 // Through a table built once by the compiler's own conversion: without F16C that conversion is
-// a library call, and the WMMA mock converts every operand element of every product.
+// a library call, and the emulated kernels and mock cuBLASLt convert every fp16 element they read.
 inline const float* half_to_float_table() {
   static const std::vector<float> table = [] {
     std::vector<float> values(1u << 16);
