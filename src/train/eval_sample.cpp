@@ -1,4 +1,4 @@
-// Evaluation on the validation split and text samples from the model being trained.
+// Evaluation on the validation split and samples from the model being trained.
 #include <algorithm>
 #include <cmath>
 
@@ -38,11 +38,13 @@ std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, in
   return loss_sum / static_cast<double>(total);
 }
 
-std::optional<std::string> sample_text(Engine& engine, const std::string& prompt, int count, Rng& rng,
-                                       const StopCheck& stop) {
+std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, const std::string& prompt, int count, Rng& rng,
+                                                  const StopCheck& stop) {
   const GptDims& dims = engine.model().dims();
-  std::vector<int32_t> tokens = byte_encode(prompt.empty() ? std::string("\n") : prompt);
-  const size_t prompt_length = prompt.empty() ? 0 : tokens.size();
+  std::vector<int32_t> tokens = !prompt.empty()                    ? byte_encode(prompt)
+                                : dims.vocab_size <= kByteVocabSize ? byte_encode("\n")
+                                                                    : std::vector<int32_t>{dims.vocab_size - 1};
+  const size_t prompt_length = tokens.size();  // the prompt, or the start token
   std::vector<double> probs(static_cast<size_t>(dims.vocab_size));
   for (int i = 0; i < count; ++i) {
     if (stop()) return std::nullopt;
@@ -64,7 +66,7 @@ std::optional<std::string> sample_text(Engine& engine, const std::string& prompt
     }
     tokens.push_back(next);
   }
-  return byte_decode(tokens.data() + prompt_length, tokens.size() - prompt_length);
+  return std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(prompt_length), tokens.end());
 }
 
 }  // namespace strata

@@ -148,10 +148,11 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads) {
                                 cfg.zero_optimization.stage));
   }
   if (cfg.data.train.empty()) throw UserError("data.train: required to train (a glob of token shards, e.g. data/kjv/train_*.bin)");
-  if (cfg.logging.sample_interval > 0 && cfg.model.vocab_size != kByteVocabSize) {
+  // A smaller vocabulary cannot hold the byte-level start token and prompt (a larger one samples ids).
+  if (cfg.logging.sample_interval > 0 && cfg.model.vocab_size < kByteVocabSize) {
     throw UserError(fmt::format(
-        "logging.sample_interval: samples are decoded with the byte-level tokenizer, which needs model.vocab_size "
-        "256 (this model has {}); set logging.sample_interval: 0",
+        "logging.sample_interval: samples start from byte-level text, which needs model.vocab_size 256 or more "
+        "(this model has {}); set logging.sample_interval: 0",
         cfg.model.vocab_size));
   }
 }

@@ -112,10 +112,12 @@ using StopCheck = std::function<bool()>;
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop);
-// Continues `prompt` (byte-level text) by `count` tokens sampled at temperature 1. Under TP every
-// rank of the group calls it (the logits' slices are gathered) and gets the same text. nullopt
-// when `stop` interrupted it.
-std::optional<std::string> sample_text(Engine& engine, const std::string& prompt, int count, Rng& rng,
-                                       const StopCheck& stop);
+// Continues `prompt` (byte-level text) by `count` tokens sampled at temperature 1 and returns
+// those `count` tokens. An empty prompt starts from a newline byte in a byte-level vocabulary (256 ids) and from
+// the last id (GPT-2's end of text) in a larger one, where a text prompt cannot be encoded (the
+// config refuses one). Under TP every rank of the group calls it (the logits' slices are
+// gathered) and gets the same tokens. nullopt when `stop` interrupted it.
+std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, const std::string& prompt, int count, Rng& rng,
+                                                  const StopCheck& stop);
 
 }  // namespace strata

@@ -3,6 +3,8 @@
 // the loop — gradient accumulation, reduction, fp16 overflow skips, clipping, AdamW,
 // evaluation, samples, metrics with memory and traffic figures, checkpoints, and a stop on
 // SIGINT/SIGTERM agreed by every rank.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -140,15 +142,23 @@ bool Trainer::sample(int64_t step) {
   // An interrupted sample has drawn from the RNG: the checkpoint must hold the draws of the
   // finished samples only, so that a resumed run samples as an uninterrupted one.
   const RngState before = sample_rng_.state();
-  const std::optional<std::string> text = sample_text(engine_, cfg_.logging.sample_prompt,
-                                                      cfg_.logging.sample_tokens, sample_rng_,
-                                                      [this] { return agree_to_stop(); });
-  if (!text) {
+  const std::optional<std::vector<int32_t>> tokens = sample_tokens(
+      engine_, cfg_.logging.sample_prompt, cfg_.logging.sample_tokens, sample_rng_, [this] { return agree_to_stop(); });
+  if (!tokens) {
     sample_rng_.restore(before);
     return false;
   }
-  log_info("sample at step {}:\n{}{}\n---", step, cfg_.logging.sample_prompt, *text);
-  metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", *text}});
+  if (cfg_.model.vocab_size <= kByteVocabSize) {
+    // Without a prompt the sample starts after a newline, which the text shows.
+    const std::string text = (cfg_.logging.sample_prompt.empty() ? "\n" : "") + byte_decode(tokens->data(), tokens->size());
+    log_info("sample at step {}:\n{}{}\n---", step, cfg_.logging.sample_prompt, text);
+    metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", text}});
+    return true;
+  }
+  // No text decoding for a larger vocabulary (strata's text encoding is byte-level): the ids.
+  log_info("sample at step {} (token ids, after id {}):\n{}\n---", step, cfg_.model.vocab_size - 1,
+           fmt::format("{}", fmt::join(*tokens, " ")));
+  metrics_.write({{"type", "sample"}, {"step", step}, {"tokens", *tokens}});
   return true;
 }
 

@@ -62,11 +62,11 @@ class Runs:
         """check(), and a's validation losses within tol of b's at eval_steps, the same samples."""
         self.check(a, b, tol)
         want = {r["step"]: r["val_loss"] for r in self.records(b, "eval")}
-        sample = [r["text"] for r in self.records(b, "sample")]
+        sample = [r.get("text", r.get("tokens")) for r in self.records(b, "sample")]
         assert sorted(want) == eval_steps and len(sample) == 1, (want, sample)
         got = {r["step"]: r["val_loss"] for r in self.records(a, "eval")}
         w = max(abs(got[s] - want[s]) / want[s] for s in want)
-        mine = [r["text"] for r in self.records(a, "sample")]
+        mine = [r.get("text", r.get("tokens")) for r in self.records(a, "sample")]
         print(f"{a:>20}: evaluation within {w:.2e}, sample {'identical' if mine == sample else 'DIFFERS'}")
         if w > tol:
             self.bad.append(f"{a}: val loss {w:.2e} > {tol:.0e}")
