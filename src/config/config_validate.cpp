@@ -324,14 +324,6 @@ void check_loop(const Config& c, Problems& p) {
   if (k.resume.empty()) p.add("checkpoint.resume", "must be auto, none or the path of a checkpoint");
   if (k.dir.empty() && (k.save_interval > 0 || k.save_initial))
     p.add("checkpoint.dir", "save_interval/save_initial need a directory to save into; set checkpoint.dir");
-  // A text prompt is encoded byte by byte: in a larger vocabulary its ids would mean other tokens.
-  if (c.logging.sample_interval > 0 && !c.logging.sample_prompt.empty() && c.model.vocab_size > 256) {
-    p.add("logging.sample_prompt",
-          fmt::format("a text prompt needs a byte-level vocabulary (model.vocab_size 256), not {}: strata encodes "
-                      "text byte by byte (a GPT-2 BPE tokenizer is not supported yet); leave the prompt empty to "
-                      "sample token ids from the end-of-text id",
-                      c.model.vocab_size));
-  }
 }
 
 // ---- Not supported yet -------------------------------------------------------------------
