@@ -38,7 +38,7 @@ inline size_t attention_dq_smem_bytes(int dim_class) {
                                              kAttentionTile * kAttentionScoreStride + 2 * kAttentionTile);
 }
 
-// Grid: x = batch · heads, y = query (or key) tiles (both paths use 64-row tiles).
+// Query (or key) tiles of one head: every attention path works in 64-row tiles.
 inline int64_t attention_tiles(int64_t seq) { return ceil_div(seq, kAttentionTile); }
 
 // Scratch of the backward: rowsum(dout ∘ out) for each (b, h, t).

@@ -65,23 +65,43 @@ __device__ __forceinline__ void load_tile_mma(T* dst, const T* src, int64_t src_
 }
 
 // ---- fragments (PTX ISA, mma.m16n8k16 and ldmatrix; g = lane / 4, t = lane % 4) ----
-// A (16 × 16, row-major) from rows row0…row0+15, columns col0…col0+15 of a swizzled tile:
-// a[0] rows 0-7 cols 0-7, a[1] rows 8-15 cols 0-7, a[2] rows 0-7 cols 8-15, a[3] rows 8-15
-// cols 8-15, which is the order in which lanes 8i…8i+7 pass the rows of matrix i.
+// ldmatrix.x4: lane 8i + j passes the address of row j of 8×8 matrix i. Every fragment below
+// starts at a row and a column that are multiples of 16, so the row a lane passes has row % 8 = j
+// and its swizzled offset is (8·row_half + j)·D + ((2·step + col_half) ^ j)·8 plus row0·D: the
+// first part depends only on the lane and the 16-column step, and is computed once per thread
+// (LaneOffsets); row0·D is a compile-time constant in the unrolled loops, so each load is one
+// address add with an immediate instead of a swizzle computed afresh.
+template <int kHeadDim>
+struct LaneOffsets {
+  static constexpr int kSteps = kHeadDim / 16;
+  int rows_first[kSteps];  // matrix i at rows 8(i % 2), columns 8(i / 2): A, and V read .trans
+  int keys_first[kSteps];  // matrix i at rows 8(i / 2), columns 8(i % 2): Kᵀ
+  __device__ __forceinline__ LaneOffsets() {
+    const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      rows_first[step] = (8 * (i & 1) + j) * kHeadDim + ((2 * step + (i >> 1)) ^ j) * 8;
+      keys_first[step] = (8 * (i >> 1) + j) * kHeadDim + ((2 * step + (i & 1)) ^ j) * 8;
+    }
+  }
+};
+
+// A (16 × 16, row-major) from rows row0…row0+15, columns 16·step… of a swizzled tile: a[0] rows
+// 0-7 cols 0-7, a[1] rows 8-15 cols 0-7, a[2] rows 0-7 cols 8-15, a[3] rows 8-15 cols 8-15.
 template <int kHeadDim, typename T>
-__device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const T* tile, int row0, int col0) {
-  const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
-  ptx::ldmatrix_x4(a, tile + swizzled<kHeadDim>(row0 + (i & 1) * 8 + j, col0 + (i >> 1) * 8));
+__device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const T* tile, int row0, int step,
+                                                const LaneOffsets<kHeadDim>& offsets) {
+  ptx::ldmatrix_x4(a, tile + row0 * kHeadDim + offsets.rows_first[step]);
 }
 
 // B fragments of two n8 tiles for S = Q · Kᵀ: B[k][n] = K[n][k] over keys key0…key0+15 and dims
-// dim0…dim0+15. b[n][0] holds K[key0 + 8n + g][dim0 + 2t, +1] and b[n][1] the same 8 dims on:
-// K's rows read as stored (no .trans). Lane 8i + j passes key row 8(i / 2) + j at dim 8(i % 2).
+// 16·step…+15. b[n][0] holds K[key0 + 8n + g][dim 2t, +1] and b[n][1] the same 8 dims on: K's rows
+// read as stored (no .trans); matrix i is keys 8(i / 2)…, dims 8(i % 2)….
 template <int kHeadDim, typename T>
-__device__ __forceinline__ void load_kt_fragments(uint32_t (&b)[2][2], const T* k_tile, int key0, int dim0) {
-  const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
+__device__ __forceinline__ void load_kt_fragments(uint32_t (&b)[2][2], const T* k_tile, int key0, int step,
+                                                  const LaneOffsets<kHeadDim>& offsets) {
   uint32_t r[4];
-  ptx::ldmatrix_x4(r, k_tile + swizzled<kHeadDim>(key0 + (i >> 1) * 8 + j, dim0 + (i & 1) * 8));
+  ptx::ldmatrix_x4(r, k_tile + key0 * kHeadDim + offsets.keys_first[step]);
   b[0][0] = r[0];
   b[0][1] = r[1];
   b[1][0] = r[2];
@@ -89,13 +109,13 @@ __device__ __forceinline__ void load_kt_fragments(uint32_t (&b)[2][2], const T* 
 }
 
 // B fragments of two n8 tiles for O = P · V: B[k][n] = V[k][n] over keys key0…key0+15 and dims
-// dim0…dim0+15. b[n][0] holds V[key0 + 2t, +1][dim0 + 8n + g]: two rows of one column, which
-// ldmatrix.trans delivers from V's rows. Lane 8i + j passes key row 8(i % 2) + j at dim 8(i / 2).
+// 16·step…+15. b[n][0] holds V[key0 + 2t, +1][dim 8n + g]: two rows of one column, which
+// ldmatrix.trans delivers from V's rows; matrix i is keys 8(i % 2)…, dims 8(i / 2)….
 template <int kHeadDim, typename T>
-__device__ __forceinline__ void load_v_fragments(uint32_t (&b)[2][2], const T* v_tile, int key0, int dim0) {
-  const int lane = threadIdx.x % 32, i = lane / 8, j = lane % 8;
+__device__ __forceinline__ void load_v_fragments(uint32_t (&b)[2][2], const T* v_tile, int key0, int step,
+                                                 const LaneOffsets<kHeadDim>& offsets) {
   uint32_t r[4];
-  ptx::ldmatrix_x4_trans(r, v_tile + swizzled<kHeadDim>(key0 + (i & 1) * 8 + j, dim0 + (i >> 1) * 8));
+  ptx::ldmatrix_x4_trans(r, v_tile + key0 * kHeadDim + offsets.rows_first[step]);
   b[0][0] = r[0];
   b[0][1] = r[1];
   b[1][0] = r[2];
@@ -148,18 +168,18 @@ struct WarpRows {
   const T* tile;
   int row0;
   __device__ __forceinline__ WarpRows(const T* tile_, int row0_) : tile(tile_), row0(row0_) {}
-  __device__ __forceinline__ void hold() {
+  __device__ __forceinline__ void hold(const LaneOffsets<kHeadDim>& offsets) {
     if constexpr (kHold) {
 #pragma unroll
-      for (int d = 0; d < kHeadDim / 16; ++d) load_a_fragment<kHeadDim>(held[d], tile, row0, d * 16);
+      for (int d = 0; d < kHeadDim / 16; ++d) load_a_fragment<kHeadDim>(held[d], tile, row0, d, offsets);
     }
   }
-  __device__ __forceinline__ void get(uint32_t (&a)[4], int d) const {
+  __device__ __forceinline__ void get(uint32_t (&a)[4], int d, const LaneOffsets<kHeadDim>& offsets) const {
     if constexpr (kHold) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) a[r] = held[d][r];
     } else {
-      load_a_fragment<kHeadDim>(a, tile, row0, d * 16);
+      load_a_fragment<kHeadDim>(a, tile, row0, d, offsets);
     }
   }
 };
@@ -167,7 +187,7 @@ struct WarpRows {
 // acc (16 × 64) = A (the warp's 16 rows, k = head dims) · Bᵀ, B's 64 rows a swizzled tile.
 template <typename T, int kHeadDim, bool kHold>
 __device__ __forceinline__ void rows_times_tile_t(float (&acc)[kMmaTile / 8][4], const WarpRows<kHeadDim, kHold, T>& a,
-                                                  const T* tile) {
+                                                  const T* tile, const LaneOffsets<kHeadDim>& offsets) {
 #pragma unroll
   for (int n = 0; n < kMmaTile / 8; ++n)
 #pragma unroll
@@ -175,11 +195,11 @@ __device__ __forceinline__ void rows_times_tile_t(float (&acc)[kMmaTile / 8][4],
 #pragma unroll
   for (int d = 0; d < kHeadDim / 16; ++d) {
     uint32_t a_frag[4];
-    a.get(a_frag, d);
+    a.get(a_frag, d, offsets);
 #pragma unroll
     for (int p = 0; p < kMmaTile / 16; ++p) {
       uint32_t b_frag[2][2];
-      load_kt_fragments<kHeadDim>(b_frag, tile, p * 16, d * 16);
+      load_kt_fragments<kHeadDim>(b_frag, tile, p * 16, d, offsets);
       mma_pair<T>(acc[2 * p], acc[2 * p + 1], a_frag, b_frag);
     }
   }
@@ -189,7 +209,7 @@ __device__ __forceinline__ void rows_times_tile_t(float (&acc)[kMmaTile / 8][4],
 // operands) · tile (64 × D, swizzled).
 template <typename T, int kHeadDim, bool kSplit>
 __device__ __forceinline__ void accumulate_times_tile(float (&out)[kHeadDim / 8][4], const float (&x)[kMmaTile / 8][4],
-                                                      const T* tile) {
+                                                      const T* tile, const LaneOffsets<kHeadDim>& offsets) {
 #pragma unroll
   for (int kk = 0; kk < kMmaTile / 16; ++kk) {
     uint32_t hi[4], lo[4];
@@ -197,7 +217,7 @@ __device__ __forceinline__ void accumulate_times_tile(float (&out)[kHeadDim / 8]
 #pragma unroll
     for (int p = 0; p < kHeadDim / 16; ++p) {
       uint32_t b_frag[2][2];
-      load_v_fragments<kHeadDim>(b_frag, tile, kk * 16, p * 16);
+      load_v_fragments<kHeadDim>(b_frag, tile, kk * 16, p, offsets);
       mma_pair<T>(out[2 * p], out[2 * p + 1], hi, b_frag);
       if constexpr (kSplit) mma_pair<T>(out[2 * p], out[2 * p + 1], lo, b_frag);
     }

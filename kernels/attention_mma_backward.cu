@@ -3,7 +3,8 @@
 // query tiles at or after it, and a query-tile kernel accumulates dQ over the key tiles up to the
 // diagonal (a second pass instead of fp32 atomics: every output row has one owning warp). P and dS
 // are recomputed from lse and delta = rowsum(dO ∘ O) and go from accumulators to A operands in
-// registers. Streamed tiles are double-buffered with cp.async.
+// registers. Streamed tiles are double-buffered with cp.async. Both grids walk the tiles of one
+// head before the next head's, so the blocks running at once share their heads' tensors in L2.
 // FLOPs at B = 32, NH = 12, T = 1024, D = 64, causal: the backward counts 2.5× the forward's
 // 52 GFLOP (5 products); this split runs 7 (S and dP twice), so at most 5/7 of the tensor-core
 // rate shows up in the counted FLOP/s.
@@ -56,14 +57,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   float* stats = reinterpret_cast<float*>(q_tiles + 4 * kTileElems);  // lse0, delta0, lse1, delta1 (64 each)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const HeadView view = head_view<kHeadDim>(blockIdx.x, seq, heads);
-  const int k_tile_index = blockIdx.y;  // key tile 0 has the most query tiles: it starts first
+  const int q_tiles_total = (seq + kMmaTile - 1) / kMmaTile;
+  const HeadView view = head_view<kHeadDim>(blockIdx.x / q_tiles_total, seq, heads);
+  const int k_tile_index = blockIdx.x % q_tiles_total;  // key tile 0 has the most query tiles: it starts first
   const int k0 = k_tile_index * kMmaTile;
-  const int q_tiles_total = static_cast<int>(gridDim.y);
   const T* q_base = qkv + view.qkv;
 
-  // Stage `stage` ← query tile qt: Q and dO by cp.async, lse (+∞ past seq: P = 0) and delta (0)
-  // by plain loads, visible after the barrier that follows the wait.
+  // Stage `stage` ← query tile qt: Q and dO by cp.async, lse·log2(e) (+∞ past seq: P = 0) and
+  // delta (0) by plain loads, visible after the barrier that follows the wait.
   const auto load_query_tile = [&](int qt, int stage) {
     const int q0 = qt * kMmaTile;
     T* q_dst = q_tiles + stage * 2 * kTileElems;
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     load_tile_mma<kHeadDim>(q_dst + kTileElems, dout + view.out + q0 * view.channels, view.channels, seq - q0);
     float* stat = stats + stage * 2 * kMmaTile;
     const int i = threadIdx.x % kMmaTile, q = q0 + i;
-    if (threadIdx.x < kMmaTile) stat[i] = q < seq ? lse[view.stats + q] : INFINITY;
+    if (threadIdx.x < kMmaTile) stat[i] = q < seq ? lse[view.stats + q] * kLog2e : INFINITY;
     else stat[kMmaTile + i] = q < seq ? delta[view.stats + q] : 0.0f;
   };
   load_tile_mma<kHeadDim>(k_tile, q_base + view.channels + k0 * view.row_stride, view.row_stride, seq - k0);
@@ -80,6 +81,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   ptx::cp_async_commit();
 
   const int warp_row0 = warp * kMmaWarpRows;
+  const LaneOffsets<kHeadDim> offsets;
   WarpRows<kHeadDim, kHold, T> k_rows(k_tile, warp_row0), v_rows(v_tile, warp_row0);
   const int key[2] = {k0 + warp_row0 + g, k0 + warp_row0 + g + 8};
   float dk[kHeadDim / 8][4], dv[kHeadDim / 8][4];
@@ -95,32 +97,35 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     ptx::cp_async_wait<1>();
     __syncthreads();  // query tile qt (and, on the first pass, K and V) landed for every thread
     if (qt == k_tile_index) {
-      k_rows.hold();
-      v_rows.hold();
+      k_rows.hold(offsets);
+      v_rows.hold(offsets);
     }
     const T* q_tile = q_tiles + stage * 2 * kTileElems;
     const T* do_tile = q_tile + kTileElems;
-    const float* lse_tile = stats + stage * 2 * kMmaTile;
-    const float* delta_tile = lse_tile + kMmaTile;
+    const float* lse_log2_tile = stats + stage * 2 * kMmaTile;
+    const float* delta_tile = lse_log2_tile + kMmaTile;
 
     float p[kMmaTile / 8][4], ds[kMmaTile / 8][4];  // Pᵀ, then dPᵀ → dSᵀ: (16 keys, 64 queries)
-    rows_times_tile_t<T, kHeadDim, kHold>(p, k_rows, q_tile);
-    rows_times_tile_t<T, kHeadDim, kHold>(ds, v_rows, do_tile);
-    const int q0 = qt * kMmaTile;
-    const bool diagonal = qt == k_tile_index;
+    rows_times_tile_t<T, kHeadDim, kHold>(p, k_rows, q_tile, offsets);
+    rows_times_tile_t<T, kHeadDim, kHold>(ds, v_rows, do_tile, offsets);
 #pragma unroll
     for (int n = 0; n < kMmaTile / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = 8 * n + 2 * t + (e & 1);  // query q0 + col; key key[e / 2]
-        const float prob = diagonal && q0 + col < key[e / 2]
-                               ? 0.0f
-                               : exp2f(p[n][e] * scale_log2 - lse_tile[col] * kLog2e);
-        p[n][e] = prob;
-        ds[n][e] = prob * (ds[n][e] - delta_tile[col]);
+        p[n][e] = ptx::exp2_approx(fmaf(p[n][e], scale_log2, -lse_log2_tile[col]));
+        ds[n][e] = p[n][e] * (ds[n][e] - delta_tile[col]);
       }
-    accumulate_times_tile<T, kHeadDim, kSplit>(dv, p, do_tile);
-    accumulate_times_tile<T, kHeadDim, kSplit>(dk, ds, q_tile);
+    if (qt == k_tile_index) {  // the diagonal tile: queries before the key see none of it
+      const int q0 = qt * kMmaTile;
+#pragma unroll
+      for (int n = 0; n < kMmaTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (q0 + 8 * n + 2 * t + (e & 1) < key[e / 2]) p[n][e] = ds[n][e] = 0.0f;
+    }
+    accumulate_times_tile<T, kHeadDim, kSplit>(dv, p, do_tile, offsets);
+    accumulate_times_tile<T, kHeadDim, kSplit>(dk, ds, q_tile, offsets);
     __syncthreads();  // every warp is done with this stage: the next pass may overwrite it
   }
 
@@ -146,8 +151,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   T* kv_tiles = do_tile + kTileElems;       // K0, V0, K1, V1
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const HeadView view = head_view<kHeadDim>(blockIdx.x, seq, heads);
-  const int q_tile_index = gridDim.y - 1 - blockIdx.y;  // longest rows first
+  const int q_tiles = (seq + kMmaTile - 1) / kMmaTile;
+  const HeadView view = head_view<kHeadDim>(blockIdx.x / q_tiles, seq, heads);
+  const int q_tile_index = q_tiles - 1 - blockIdx.x % q_tiles;  // longest rows of a head first
   const int q0 = q_tile_index * kMmaTile;
   const T* q_base = qkv + view.qkv;
   const auto load_key_tile = [&](int kt, int stage) {
@@ -163,6 +169,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   ptx::cp_async_commit();
 
   const int warp_row0 = warp * kMmaWarpRows;
+  const LaneOffsets<kHeadDim> offsets;
   WarpRows<kHeadDim, kHold, T> q_rows(q_tile, warp_row0), do_rows(do_tile, warp_row0);
   const int query[2] = {q0 + warp_row0 + g, q0 + warp_row0 + g + 8};
   float row_lse_log2[2], row_delta[2];  // +∞ and 0 for padded queries: P = 0
@@ -184,26 +191,31 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     ptx::cp_async_wait<1>();
     __syncthreads();  // key tile kt (and, on the first pass, Q and dO) landed for every thread
     if (kt == 0) {
-      q_rows.hold();
-      do_rows.hold();
+      q_rows.hold(offsets);
+      do_rows.hold(offsets);
     }
     const T* k_tile = kv_tiles + stage * 2 * kTileElems;
     const T* v_tile = k_tile + kTileElems;
 
     float p[kMmaTile / 8][4], ds[kMmaTile / 8][4];  // P, then dP → dS: (16 queries, 64 keys)
-    rows_times_tile_t<T, kHeadDim, kHold>(p, q_rows, k_tile);
-    rows_times_tile_t<T, kHeadDim, kHold>(ds, do_rows, v_tile);
-    const int k0 = kt * kMmaTile;
-    const bool diagonal = kt == q_tile_index;
+    rows_times_tile_t<T, kHeadDim, kHold>(p, q_rows, k_tile, offsets);
+    rows_times_tile_t<T, kHeadDim, kHold>(ds, do_rows, v_tile, offsets);
 #pragma unroll
     for (int n = 0; n < kMmaTile / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, key = k0 + 8 * n + 2 * t + (e & 1);
-        const float prob = diagonal && key > query[r] ? 0.0f : exp2f(p[n][e] * scale_log2 - row_lse_log2[r]);
-        ds[n][e] = prob * (ds[n][e] - row_delta[r]);
+        const int r = e / 2;
+        ds[n][e] = ptx::exp2_approx(fmaf(p[n][e], scale_log2, -row_lse_log2[r])) * (ds[n][e] - row_delta[r]);
       }
-    accumulate_times_tile<T, kHeadDim, kSplit>(dq, ds, k_tile);
+    if (kt == q_tile_index) {  // the diagonal tile: keys after the query are masked
+      const int k0 = kt * kMmaTile;
+#pragma unroll
+      for (int n = 0; n < kMmaTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (k0 + 8 * n + 2 * t + (e & 1) > query[e / 2]) ds[n][e] = 0.0f;
+    }
+    accumulate_times_tile<T, kHeadDim, kSplit>(dq, ds, k_tile, offsets);
     __syncthreads();  // every warp is done with this stage: the next pass may overwrite it
   }
 
@@ -216,7 +228,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
 template <typename T, int kHeadDim, bool kSplit>
 cudaError_t launch_backward(void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta,
                             int64_t batch, int64_t seq, int64_t heads, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(batch * heads), static_cast<unsigned>(attention_tiles(seq)));
+  const dim3 grid(static_cast<unsigned>(batch * heads * attention_tiles(seq)));  // tiles of head 0, of head 1, …
   const double inv_sqrt = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
   const float scale = static_cast<float>(inv_sqrt);
   const float scale_log2 = static_cast<float>(inv_sqrt * 1.4426950408889634);

@@ -3,7 +3,8 @@
 // query rows as A fragments, and S = Q·Kᵀ, the online softmax (fp32 running max and sum) and
 // O += P·V all stay in registers: P goes from S's accumulators to A operands without touching
 // shared memory. K and V tiles are double-buffered with cp.async, tiles past the diagonal are
-// skipped and the diagonal tile is masked.
+// skipped and the diagonal tile is masked. The grid walks the query tiles of one head before the
+// next head's, so the blocks running at once share their heads' K and V in L2.
 // Floors at B = 32, NH = 12, T = 1024, D = 64, causal: 4·B·NH·T²·D/2 ≈ 52 GFLOP (what FLOP/s
 // figures count), about 0.2 ms at 230 TFLOP/s; bytes are not the limit (qkv and out: 0.3 GB).
 #include "attention_mma.cuh"
@@ -29,8 +30,9 @@ __global__ void __launch_bounds__(kMmaThreads, kHeadDim == 64 ? 4 : 2)
   T* kv_tiles = q_tile + kTileElems;       // K0, V0, K1, V1: (64, D) swizzled each
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int bh = blockIdx.x, b = bh / heads, h = bh % heads;
-  const int q_tile_index = gridDim.y - 1 - blockIdx.y;  // longest rows first
+  const int q_tiles = (seq + kMmaTile - 1) / kMmaTile;
+  const int bh = blockIdx.x / q_tiles, b = bh / heads, h = bh % heads;
+  const int q_tile_index = q_tiles - 1 - blockIdx.x % q_tiles;  // longest rows of a head first
   const int q0 = q_tile_index * kMmaTile;
   const int64_t channels = static_cast<int64_t>(heads) * kHeadDim;
   const int64_t row_stride = 3 * channels;
@@ -46,6 +48,7 @@ __global__ void __launch_bounds__(kMmaThreads, kHeadDim == 64 ? 4 : 2)
 
   const int warp_row0 = warp * kMmaWarpRows;
   const int qi[2] = {q0 + warp_row0 + g, q0 + warp_row0 + g + 8};  // this lane's two query rows
+  const LaneOffsets<kHeadDim> offsets;
   WarpRows<kHeadDim, true, T> q_rows(q_tile, warp_row0);
   float o[kDimTiles8][4];
 #pragma unroll
@@ -69,36 +72,38 @@ __global__ void __launch_bounds__(kMmaThreads, kHeadDim == 64 ? 4 : 2)
     ptx::cp_async_commit();
     ptx::cp_async_wait<1>();
     __syncthreads();  // tile kt (and, on the first pass, Q) landed for every thread
-    if (kt == 0) q_rows.hold();
+    if (kt == 0) q_rows.hold(offsets);
 
-    float s[kKeyTiles8][4];  // S (16, 64) = Q_warp · Kᵀ
-    rows_times_tile_t<T, kHeadDim, true>(s, q_rows, k_tile);
+    float s[kKeyTiles8][4];  // S (16, 64) = Q_warp · Kᵀ; s[n][2r + e] is row qi[r], key k0 + 8n + 2t + e
+    rows_times_tile_t<T, kHeadDim, true>(s, q_rows, k_tile, offsets);
+    if (kt == q_tile_index) {  // the diagonal tile: keys after the query are masked
+      const int k0 = kt * kMmaTile;
+#pragma unroll
+      for (int n = 0; n < kKeyTiles8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (k0 + 8 * n + 2 * t + (e & 1) > qi[e / 2]) s[n][e] = -INFINITY;
+    }
 
-    // Online softmax in base 2; s[n][2r + e] is row qi[r], key k0 + 8n + 2t + e.
-    const int k0 = kt * kMmaTile;
-    const bool diagonal = kt == q_tile_index;
+    // Online softmax in base 2. The max is taken over raw scores (scale > 0 keeps the order, and
+    // rounding is monotonic, so max(s)·scale = max(s·scale)): one FFMA per score then scales and
+    // shifts it for ex2.
     float rescale[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float tile_max = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < kKeyTiles8; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[n][2 * r + e];
-          x = diagonal && k0 + 8 * n + 2 * t + e > qi[r] ? -INFINITY : x * scale_log2;
-          tile_max = fmaxf(tile_max, x);
-        }
+      for (int n = 0; n < kKeyTiles8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
       // Finite: key k0 ≤ qi[r] in every visited tile.
-      const float new_max = fmaxf(row_max[r], quad_max(tile_max));
-      rescale[r] = exp2f(row_max[r] - new_max);  // 0 on the first tile
+      const float new_max = fmaxf(row_max[r], quad_max(tile_max) * scale_log2);
+      rescale[r] = ptx::exp2_approx(row_max[r] - new_max);  // 0 on the first tile
       float tile_sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kKeyTiles8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[n][2 * r + e];
-          x = exp2f(x - new_max);
+          x = ptx::exp2_approx(fmaf(x, scale_log2, -new_max));
           tile_sum += x;
         }
       row_sum[r] = row_sum[r] * rescale[r] + tile_sum;
@@ -112,7 +117,7 @@ __global__ void __launch_bounds__(kMmaThreads, kHeadDim == 64 ? 4 : 2)
       o[n][3] *= rescale[1];
     }
 
-    accumulate_times_tile<T, kHeadDim, kSplit>(o, s, v_tile);  // O += P·V, P straight from S's registers
+    accumulate_times_tile<T, kHeadDim, kSplit>(o, s, v_tile, offsets);  // O += P·V, P straight from S's registers
     __syncthreads();  // every warp is done with this K and V: the next pass may overwrite them
   }
 
@@ -140,7 +145,7 @@ cudaError_t launch_forward(void* out, float* lse, const void* qkv, int64_t batch
   const cudaError_t rc =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (rc != cudaSuccess) return rc;
-  const dim3 grid(static_cast<unsigned>(batch * heads), static_cast<unsigned>(attention_tiles(seq)));
+  const dim3 grid(static_cast<unsigned>(batch * heads * attention_tiles(seq)));  // tiles of head 0, of head 1, …
   const float scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(kHeadDim)));
   kernel<<<grid, kMmaThreads, smem, stream>>>(static_cast<T*>(out), lse, static_cast<const T*>(qkv),
                                               static_cast<int>(seq), static_cast<int>(heads), scale_log2);

@@ -1,5 +1,5 @@
 // PTX building blocks of the mma.sync kernels (device code, .cu files only): m16n8k16 products
-// (bf16/fp16 in, fp32 accumulate), ldmatrix (.x1/.x2/.x4, .trans) and cp.async with zero fill.
+// (bf16/fp16 in, fp32 accumulate), ldmatrix (.x1/.x2/.x4, .trans), cp.async with zero fill and ex2.
 // tests/gpu/emu/transform_kernels.py swaps each `ptx section` for emulator calls: keep them in step.
 #pragma once
 #ifndef __CUDACC__
@@ -103,6 +103,17 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 // ---- end of ptx section: cp.async ----
+
+// ---- ptx section: ex2 ----
+// 2^x by the special-function unit (ex2.approx.ftz.f32: one instruction, relative error within
+// 2^-22, subnormal inputs and results flushed to zero, 2^-inf = 0) where exp2f costs four with its
+// range handling: the softmax of the attention kernels takes one per score.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// ---- end of ptx section: ex2 ----
 
 // The product for a kernel templated on its element type (__nv_bfloat16 or __half).
 template <typename T>

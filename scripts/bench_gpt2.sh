@@ -44,16 +44,7 @@ have_torch=0
 # Random GPT-2 token ids in llm.c's shard format (header: magic 20240520, version 1, count).
 data="$out/data"
 mkdir -p "$data"
-python3 - "$data/bench_train_000000.bin" <<'PY' || exit 1
-import array, os, random, struct, sys
-count = 8 * 1024 * 1024
-random.seed(0)
-tokens = array.array("H", (random.randrange(50257) for _ in range(count)))
-header = struct.pack("<256i", 20240520, 1, count, *([0] * 253))
-with open(sys.argv[1], "wb") as f:
-    f.write(header)
-    f.write(tokens.tobytes())
-PY
+python3 "$root/scripts/lib/random_token_shard.py" "$data/bench_train_000000.bin" $((8 * 1024 * 1024)) || exit 1
 
 declare -A layers=([124m]=12 [350m]=24 [774m]=36 [1558m]=48)
 declare -A heads=([124m]=12 [350m]=16 [774m]=20 [1558m]=25)

@@ -63,6 +63,25 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def write_kernel_profile(step, path: str, steps: int) -> None:
+    """Each GPU kernel's name, launches and microseconds per step, longest first (tab-separated)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    rows = []
+    for event in prof.key_averages():
+        device_us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if device_us > 0:
+            rows.append((device_us / steps, event.count / steps, event.key))
+    with open(path, "w") as f:
+        f.write(f"us_per_step\tlaunches_per_step\tkernel\n")
+        for us, count, name in sorted(rows, reverse=True):
+            f.write(f"{us:.1f}\t{count:g}\t{name}\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-layer", type=int, default=12)
@@ -76,6 +95,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps (compilation happens here)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--clip", type=float, default=1.0, help="gradient clipping norm (0: off)")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="after timing, profile 2 steps and write each GPU kernel's time per step to FILE")
     args = parser.parse_args()
 
     if not torch.cuda.is_available():
@@ -134,6 +155,8 @@ def main() -> int:
         "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 3),
         "final_loss": round(float(loss), 4),
     }
+    if args.profile:
+        write_kernel_profile(step, args.profile, steps=2)
     if not math.isfinite(result["final_loss"]):
         result["error"] = "non-finite loss"
     print(json.dumps(result))

@@ -1,6 +1,7 @@
-// The PTX warp-matrix instructions on the CPU emulator (emulator.h): ldmatrix and mma.sync
-// m16n8k16, each a warp_gather of the lanes' operands followed by the per-lane layouts the PTX
-// ISA tables give, so a kernel's lane mapping is checked exactly rather than assumed.
+// The PTX instructions of the mma.sync kernels on the CPU emulator (emulator.h): ldmatrix and
+// mma.sync m16n8k16, each a warp_gather of the lanes' operands followed by the per-lane layouts the PTX
+// ISA tables give, so a kernel's lane mapping is checked exactly rather than assumed; and ex2.approx.
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -129,6 +130,12 @@ void mma_m16n8k16(MmaInput input, float* d, const uint32_t* a, const uint32_t* b
     for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
     d[i] = sum;
   }
+}
+
+float exp2_approx(float x) {
+  if (std::fpclassify(x) == FP_SUBNORMAL) x = std::copysign(0.0f, x);
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
 }
 
 }  // namespace strata::emu

@@ -69,6 +69,9 @@ void ldmatrix(int matrices, bool trans, const void* row, uint32_t* registers);
 // ISA's fragment layouts (d may alias c).
 enum class MmaInput { BF16, F16 };
 void mma_m16n8k16(MmaInput input, float* d, const uint32_t* a, const uint32_t* b, const float* c);
+// ex2.approx.ftz.f32: 2^x with subnormal inputs and results flushed to zero. Computed exactly
+// rounded here; the hardware's result may differ in the last two bits (the ISA bounds its error).
+float exp2_approx(float x);
 
 // ---- host side ----
 // cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes) for the kernel at `kernel_id`.

@@ -9,7 +9,7 @@ Rewrites, per file (sources named on the command line and the local headers they
                                              never shares a symbol with the real kernels library
                                              linked into the same test;
   * mma_ptx.cuh                             -> each '// ---- ptx section: NAME' (mma.sync, ldmatrix,
-                                             cp.async) becomes the emulator calls of PTX_HOOKS[NAME];
+                                             cp.async, ex2) becomes the emulator calls of PTX_HOOKS[NAME];
   * extern __shared__ T name[];             -> T* const name = the block's dynamic shared memory;
   * __shared__ T name[dims];                -> T (&name)[dims] = this declaration's static shared
                                              memory in the running block;
@@ -67,6 +67,9 @@ __device__ __forceinline__ void cp_async_commit() { ::strata::emu::async_commit(
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() { ::strata::emu::async_wait(kPending); }
 """,
+    "ex2": """\
+__device__ __forceinline__ float exp2_approx(float x) { return ::strata::emu::exp2_approx(x); }
+""",
 }
 DEFINED_FUNCTION = re.compile(r'__forceinline__\s+[\w:<>]+\s+(\w+)\s*\(')
 SHARED_DECL = re.compile(
@@ -81,8 +84,8 @@ TEMPLATE_KERNEL = re.compile(
 KEY_LOOP = "for (int kt = 0; kt <= q_tile_index; ++kt) {"
 MUTANTS = {
     "cp-async-wait": ("attention_mma_forward.cu", KEY_LOOP, "ptx::cp_async_wait<1>();", "/* mutant: wait removed */"),
-    "lane-mapping": ("attention_mma.cuh", "load_v_fragments(", "key0 + (i & 1) * 8 + j, dim0 + (i >> 1) * 8",
-                     "key0 + (i >> 1) * 8 + j, dim0 + (i & 1) * 8 /* mutant: K's lane mapping */"),
+    "lane-mapping": ("attention_mma.cuh", "load_v_fragments(", "offsets.rows_first[step]",
+                     "offsets.keys_first[step] /* mutant: K's lane mapping */"),
 }
 
 
