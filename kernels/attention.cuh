@@ -47,13 +47,13 @@ inline size_t attention_backward_workspace_bytes(int64_t batch, int64_t heads, i
 }
 
 // ---- tensor-core path for bf16 / fp16 with head_dim 64 or 128 ----
-// How bf16 probabilities and dS enter the tensor-core products. bf16 keeps 8 significant bits,
-// so a probability (or dS) rounded to one bf16 value errs by up to 2⁻⁹; summed over a thousand
-// keys that exceeds the 1e-2 the tests hold bf16 to. Split (what training uses): the operand
-// goes in as hi + lo, two bf16 values and two MMAs, which brings it to ~2⁻¹⁷. Rounded: once,
-// as FlashAttention does, for a third fewer MMAs and errors up to ~5e-2 of a typical element;
-// built for head_dim 64 only (GPT-2's), so that bench_kernels can time what the split costs.
-// fp16 (11 bits) is never split.
+// How bf16 probabilities and dS enter the tensor-core products (model.attention_probabilities
+// in training). bf16 keeps 8 significant bits, so a probability (or dS) rounded to one bf16
+// value errs by up to 2⁻⁹; summed over a thousand keys that exceeds the 1e-2 the op tests hold
+// bf16 to. Split: the operand goes in as hi + lo, two bf16 values and two MMAs, which brings it to
+// ~2⁻¹⁷. Rounded: once, as FlashAttention and PyTorch's SDPA do, for a third fewer MMAs (the
+// H100 times it at about 3/4 of the split's backward) and errors up to ~5e-2 of a typical
+// element, which training curves absorb. fp16 (11 bits) is never split.
 enum class AttentionBf16Operands : uint8_t { Split = 0, Rounded = 1 };
 
 // The tensor-core kernels serve 16-bit types, head_dim 64 or 128, and 16-byte aligned tensors
@@ -63,7 +63,7 @@ inline bool attention_uses_tensor_cores(ElemType type, int64_t head_dim, bool al
 }
 
 // out (B, T, C) and lse (B, NH, T) are overwritten; qkv and out share `type`. bf16_operands
-// applies to the tensor-core kernels in bf16; Rounded at another head_dim is an invalid value.
+// applies to the tensor-core kernels in bf16.
 cudaError_t attention_forward(void* out, float* lse, const void* qkv, ElemType type, int64_t batch, int64_t seq,
                               int64_t heads, int64_t head_dim, AttentionBf16Operands bf16_operands,
                               cudaStream_t stream);

@@ -21,16 +21,15 @@ struct TensorCoreVariant {
   static constexpr bool kSplit = kSplitValue;
 };
 
-// Calls launch(TensorCoreVariant<…>{}) for the family the arguments select: bf16 split
-// (head_dim 64 or 128), bf16 rounded once (head_dim 64 only: another is an invalid value), or
-// fp16, never split.
+// Calls launch(TensorCoreVariant<…>{}) for the family the arguments select: bf16 rounded once
+// or split, fp16 never split; head_dim 64 or 128.
 template <typename Launch>
 cudaError_t dispatch_tensor_core_variant(ElemType type, int64_t head_dim, AttentionBf16Operands bf16_operands,
                                          const Launch& launch) {
   if (type == ElemType::BF16) {
     if (bf16_operands == AttentionBf16Operands::Rounded) {
-      if (head_dim != 64) return cudaErrorInvalidValue;
-      return launch(TensorCoreVariant<__nv_bfloat16, 64, false>{});
+      if (head_dim == 64) return launch(TensorCoreVariant<__nv_bfloat16, 64, false>{});
+      return launch(TensorCoreVariant<__nv_bfloat16, 128, false>{});
     }
     if (head_dim == 64) return launch(TensorCoreVariant<__nv_bfloat16, 64, true>{});
     return launch(TensorCoreVariant<__nv_bfloat16, 128, true>{});

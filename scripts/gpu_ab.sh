@@ -6,7 +6,9 @@
 #
 # Usage: scripts/gpu_ab.sh BASE_SOURCE_DIR OUTDIR
 #   BASE_SOURCE_DIR: the base revision's files, e.g. `git archive BASE | tar -x -C DIR`.
-# Environment: STRATA_AB_BUDGET_S (default 420), STRATA_AB_1558M=1 (the kernel table at the 1558M shape too)
+# Environment: STRATA_AB_BUDGET_S (default 420); STRATA_AB_1558M=1: the kernel table at the 1558M
+#   shape and a GPT-2 1558M training (B 8 x 8, ZeRO 1) on both sides too; STRATA_AB_PYTORCH=1:
+#   PyTorch's GPT-2 124M (scripts/bench_pytorch_gpt2.py) beside them.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 base="$(cd "${1:?usage: scripts/gpu_ab.sh BASE_SOURCE_DIR OUTDIR}" && pwd)"
@@ -57,6 +59,16 @@ python3 "$root/scripts/lib/random_token_shard.py" "$data/bench_train_000000.bin"
 for side in base new; do
   train_strata "${bin[$side]}/bin/strata" "train_124m_$side" 60 gpt2-124m.yaml 20 32 1
 done
+if [ -n "${STRATA_AB_PYTORCH:-}" ]; then
+  step pytorch_124m 120 python3 "$root/scripts/bench_pytorch_gpt2.py" --n-layer 12 --n-head 12 --d-model 768 \
+    --batch 32 --grad-accum 1 --seq 1024 --steps 15 --warmup 5
+  tail -n 1 "$logs/pytorch_124m.log" | tee -a "$summary"
+fi
+if [ -n "${STRATA_AB_1558M:-}" ]; then
+  for side in new base; do
+    train_strata "${bin[$side]}/bin/strata" "train_1558m_$side" 70 gpt2-1558m.yaml 6 8 8 --set zero_optimization.stage=1
+  done
+fi
 
 step ncu_attention 90 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
   --section InstructionStats --section MemoryWorkloadAnalysis --section WarpStateStats \

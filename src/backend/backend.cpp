@@ -64,6 +64,8 @@ Tensor Buffer::view(size_t offset, DType dtype, std::initializer_list<int64_t> d
   return t;
 }
 
+std::string Backend::attention_numerics(DType, int64_t) const { return "scores and probabilities in fp32"; }
+
 void Backend::linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   matmul(out, inp, weight, bias, /*trans_a=*/false, /*trans_b=*/false, /*accumulate=*/false);
 }

@@ -84,6 +84,13 @@ struct MemoryStats {
 //   that part of the op.
 // - Shape or device mismatches are programming errors: std::invalid_argument naming the op.
 // - Ops are not thread-safe: one backend instance serves one thread.
+// How bf16 attention takes the softmax probabilities P and their gradients dS into its 16-bit
+// products (model.attention_probabilities): Rounded to bf16 once, FlashAttention's and PyTorch
+// SDPA's numerics and the faster; or Split into a bf16 hi + lo pair (~16 significant bits), closer
+// to fp32 attention. Only tensor-core attention has such products (the CUDA backend's, bf16 at
+// head sizes 64 and 128); elsewhere P is fp32 and both give the same result.
+enum class AttentionProbabilities : uint8_t { Rounded, Split };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -104,6 +111,11 @@ class Backend {
   // (NCCL collectives) can be ordered after them; nullptr for a backend whose ops finish
   // before they return.
   virtual void* cuda_stream() const = 0;
+  // Sets how bf16 attention rounds P and dS (CUDA starts with Split, what its op tests hold to
+  // 1e-2; training sets the config's choice). attention_numerics says, for the start-up banner,
+  // how attention at this dtype and head size computes P: the default is fp32.
+  virtual void set_attention_probabilities(AttentionProbabilities) {}
+  virtual std::string attention_numerics(DType dtype, int64_t head_size) const;
 
   // ---- memory and whole-tensor ops ----
   // Zero-filled memory on this backend's device, 256-byte aligned.

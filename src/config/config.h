@@ -22,12 +22,14 @@ enum class DeviceKind { Auto, Cpu, Cuda };
 enum class CommBackend { Auto, Nccl, Mpi };
 
 // The spelling each enum value has in a config file (the types the config does not declare are
-// those of the modules that use them: LrScheduleType, ActivationRecompute, PipeSchedule).
+// those of the modules that use them: LrScheduleType, ActivationRecompute, AttentionProbabilities,
+// PipeSchedule).
 const char* to_string(OptimizerType v);
 const char* to_string(LrScheduleType v);
 const char* to_string(WarmupType v);
 const char* to_string(OffloadDevice v);
 const char* to_string(ActivationRecompute v);
+const char* to_string(AttentionProbabilities v);
 const char* to_string(PipeSchedule v);
 const char* to_string(PipelinePartition v);
 const char* to_string(DeviceKind v);
@@ -211,6 +213,10 @@ struct ModelConfig {
   int seq_len = 1024;
   /// Activation recomputation in backward: none, selective (attention core) or full (whole layer).
   ActivationRecompute recompute = ActivationRecompute::None;
+  /// bf16 attention on tensor cores (CUDA, head size 64 or 128): the softmax probabilities and
+  /// their gradients enter the 16-bit products rounded to bf16 once (rounded, FlashAttention's
+  /// numerics) or as a bf16 hi + lo pair (split: closer to fp32, slower). No effect elsewhere.
+  AttentionProbabilities attention_probabilities = AttentionProbabilities::Rounded;
   /// A HuggingFace GPT-2 folder (config.json, model.safetensors or sharded safetensors) whose
   /// weights a fresh run starts from (fine-tuning); n_layer, n_head and d_model, when neither
   /// given nor set by a preset, are taken from its config.json. Empty: random initialisation.

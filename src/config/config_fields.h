@@ -125,6 +125,7 @@ void strata_fields(V& v, C& c) {
     s.value("vocab_size", c.model.vocab_size, within(1, 1 << 30));  // padding stays within int
     s.value("seq_len", c.model.seq_len, at_least(1));
     s.choice("recompute", c.model.recompute, kRecomputeModes);
+    s.choice("attention_probabilities", c.model.attention_probabilities, kAttentionProbabilities);
     s.value("init_from", c.model.init_from);
   });
   v.section("parallelism", [&](V& s) {

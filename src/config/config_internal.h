@@ -160,6 +160,7 @@ extern const EnumNames<LrScheduleType> kSchedulerTypes;  // excludes Constant (n
 extern const EnumNames<WarmupType> kWarmupTypes;
 extern const EnumNames<OffloadDevice> kOffloadDevices;
 extern const EnumNames<ActivationRecompute> kRecomputeModes;
+extern const EnumNames<AttentionProbabilities> kAttentionProbabilities;
 extern const EnumNames<PipeSchedule> kPipelineSchedules;
 extern const EnumNames<PipelinePartition> kPipelinePartitions;
 extern const EnumNames<DeviceKind> kDeviceKinds;

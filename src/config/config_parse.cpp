@@ -19,6 +19,8 @@ const EnumNames<OffloadDevice> kOffloadDevices = {
     {"none", OffloadDevice::None}, {"cpu", OffloadDevice::Cpu}, {"nvme", OffloadDevice::Nvme}};
 const EnumNames<ActivationRecompute> kRecomputeModes = {
     {"none", ActivationRecompute::None}, {"selective", ActivationRecompute::Selective}, {"full", ActivationRecompute::Full}};
+const EnumNames<AttentionProbabilities> kAttentionProbabilities = {{"rounded", AttentionProbabilities::Rounded},
+                                                                  {"split", AttentionProbabilities::Split}};
 const EnumNames<PipeSchedule> kPipelineSchedules = {
     {pipe_schedule_name(PipeSchedule::OneFOneB), PipeSchedule::OneFOneB},
     {pipe_schedule_name(PipeSchedule::GPipe), PipeSchedule::GPipe},
@@ -175,6 +177,9 @@ const char* to_string(LrScheduleType v) {
 const char* to_string(WarmupType v) { return config_detail::name_in(config_detail::kWarmupTypes, v); }
 const char* to_string(OffloadDevice v) { return config_detail::name_in(config_detail::kOffloadDevices, v); }
 const char* to_string(ActivationRecompute v) { return config_detail::name_in(config_detail::kRecomputeModes, v); }
+const char* to_string(AttentionProbabilities v) {
+  return config_detail::name_in(config_detail::kAttentionProbabilities, v);
+}
 const char* to_string(PipeSchedule v) { return config_detail::name_in(config_detail::kPipelineSchedules, v); }
 const char* to_string(PipelinePartition v) {
   return config_detail::name_in(config_detail::kPipelinePartitions, v);

@@ -56,6 +56,7 @@ TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi) {
     out.description = "cpu";
   }
 
+  out.backend->set_attention_probabilities(cfg.model.attention_probabilities);
   const bool on_device = out.backend->device() != Device::CPU;
   switch (cfg.comm.backend) {
     case CommBackend::Mpi: out.comm = CommBackendKind::Mpi; break;

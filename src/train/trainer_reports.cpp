@@ -65,6 +65,7 @@ void Trainer::log_banner() {
     }
   }
   log_info("precision: {}", precision_text(engine_.precision()));
+  log_info("attention: {}", backend_.attention_numerics(engine_.precision(), dims_.d_model / dims_.n_head));
   describe_devices();
 }
 

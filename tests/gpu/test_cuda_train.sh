@@ -3,6 +3,9 @@
 # A small GPT (4 layers, 4 heads of 32, T 128, vocab 256, lr 1e-3) for 20 steps from one seed:
 # - fp32 (TF32 off): every loss within 1e-4 relative of the CPU curve;
 # - bf16: within 2% of the CPU's bf16 curve and of its fp32 curve;
+# - bf16 at head size 64, where attention runs on the tensor cores: with the probabilities rounded
+#   to bf16 once (model.attention_probabilities: rounded, the default) and split into hi + lo
+#   pairs, each within 2% of the CPU's bf16 curve, and the two curves not the same;
 # - fp16 with dynamic loss scaling: within 2% of the CPU fp32 curve, no step lost to overflow
 #   beyond the CPU's own;
 # - two runs on the GPU give the same losses bit for bit (deterministic kernels);
@@ -29,7 +32,7 @@ source "$(dirname "$0")/../lib/common.sh"
 EMULATED="${STRATA_CUDA_BINARY:+emulated}"
 if [ -n "$EMULATED" ]; then
   CUDA_STRATA="$STRATA_CUDA_BINARY"
-  STEPS=10 MICRO=2 MODEL="n_layer: 2, n_head: 2, d_model: 64, vocab_size: 256, seq_len: 64"
+  STEPS=10 MICRO=2 MODEL="n_layer: 2, n_head: 2, d_model: 64, vocab_size: 256, seq_len: 64" HEADS_OF_64=1
   DEVICE_LOG="device: cuda:0 (strata CPU emulator"
 else
   if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -37,7 +40,7 @@ else
     exit 77
   fi
   CUDA_STRATA="$STRATA"
-  STEPS=20 MICRO=4 MODEL="n_layer: 4, n_head: 4, d_model: 128, vocab_size: 256, seq_len: 128"
+  STEPS=20 MICRO=4 MODEL="n_layer: 4, n_head: 4, d_model: 128, vocab_size: 256, seq_len: 128" HEADS_OF_64=2
   DEVICE_LOG="device: cuda:0"
 fi
 HALF=$((STEPS / 2))
@@ -66,6 +69,13 @@ expect_contains "$OUT" "$DEVICE_LOG"
 run gpu_fp32_again 1 cuda --set comm.backend=mpi
 run gpu_bf16 1 cuda --set bf16.enabled=true
 run gpu_fp16 1 cuda --set fp16.enabled=true
+h64=(--set bf16.enabled=true --set model.n_head="$HEADS_OF_64")
+run cpu_bf16_h64 1 cpu "${h64[@]}"
+expect_contains "$OUT" "attention: scores and probabilities in fp32"
+run gpu_bf16_h64 1 cuda "${h64[@]}"
+expect_contains "$OUT" "attention: bf16 tensor cores, probabilities and their gradients rounded to bf16 once"
+run gpu_bf16_h64_split 1 cuda "${h64[@]}" --set model.attention_probabilities=split
+expect_contains "$OUT" "attention: bf16 tensor cores, probabilities and their gradients as bf16 hi + lo pairs"
 run cpu_fp16 1 cpu --set fp16.enabled=true
 run gpu_resumed 1 cuda --set bf16.enabled=true --set train.iters=$HALF --set checkpoint.dir="$WORK/ckpt"
 run gpu_resumed 1 cuda --set bf16.enabled=true --set checkpoint.dir="$WORK/ckpt"
@@ -133,6 +143,9 @@ within("gpu_bf16", "cpu_bf16", 0.02)
 within("gpu_bf16", "cpu_fp32", 0.02)
 within("gpu_fp16", "cpu_fp32", 0.02)
 within("gpu_fp16", "cpu_fp16", 0.02)
+within("gpu_bf16_h64", "cpu_bf16_h64", 0.02)
+within("gpu_bf16_h64_split", "cpu_bf16_h64", 0.02)
+if losses("gpu_bf16_h64") == losses("gpu_bf16_h64_split"): bad.append("attention_probabilities changed nothing")
 identical("gpu_fp32_again", "gpu_fp32")
 identical("gpu_resumed", "gpu_bf16")
 for stage in (1, 3):

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "adamw.cuh"
+#include "attention.cuh"
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/device_memory.h"
@@ -80,6 +81,21 @@ BadIdFlag* CudaBackend::id_flag(bool targets, int64_t seq, int64_t vocab) {
 }
 
 void CudaBackend::set_allow_tf32(bool allow) { gemm_->set_allow_tf32(allow); }
+
+void CudaBackend::set_attention_probabilities(AttentionProbabilities probabilities) {
+  attention_bf16_operands_ = probabilities == AttentionProbabilities::Rounded ? AttentionBf16Operands::Rounded
+                                                                              : AttentionBf16Operands::Split;
+}
+
+std::string CudaBackend::attention_numerics(DType dtype, int64_t head_size) const {
+  // The tensors the model passes are 256-byte aligned allocations: alignment does not decide.
+  const ElemType type = dtype == DType::BF16 ? ElemType::BF16 : dtype == DType::F16 ? ElemType::F16 : ElemType::F32;
+  if (!attention_uses_tensor_cores(type, head_size, /*aligned=*/true)) return Backend::attention_numerics(dtype, head_size);
+  if (dtype == DType::F16) return "fp16 tensor cores, probabilities rounded to fp16 once";
+  return attention_bf16_operands_ == AttentionBf16Operands::Rounded
+             ? "bf16 tensor cores, probabilities and their gradients rounded to bf16 once"
+             : "bf16 tensor cores, probabilities and their gradients as bf16 hi + lo pairs";
+}
 
 size_t CudaBackend::gemm_plans_cached() const { return gemm_->cached_plans(); }
 size_t CudaBackend::unfused_epilogue_gemms() const { return gemm_->unfused_epilogue_gemms(); }

@@ -109,10 +109,10 @@ class CudaBackend final : public Backend {
   void matmul_dgelu(Tensor out, Tensor pre_gelu, Tensor a, Tensor b, bool trans_a, bool trans_b);
   // fp32 GEMMs may use TF32 tensor cores (off by default: exact fp32 like the CPU reference).
   void set_allow_tf32(bool allow);
-  // How bf16 probabilities enter the tensor-core attention (kernels/attention.cuh): Split, the
-  // default, keeps bf16 within 1e-2 of fp32; Rounded (head_dim 64 only) is FlashAttention's
-  // numerics, for bench_kernels to time what the split costs.
-  void set_attention_bf16_operands(AttentionBf16Operands operands) { attention_bf16_operands_ = operands; }
+  // Split (the start) keeps bf16 attention within 1e-2 of fp32; Rounded is FlashAttention's
+  // numerics (kernels/attention.cuh, AttentionBf16Operands).
+  void set_attention_probabilities(AttentionProbabilities probabilities) override;
+  std::string attention_numerics(DType dtype, int64_t head_size) const override;
   size_t gemm_plans_cached() const;
   size_t unfused_epilogue_gemms() const;  // epilogue GEMMs that ran unfused (GemmRunner)
   cudaStream_t stream() const { return stream_; }

@@ -30,8 +30,8 @@ bool takes_tensor_cores(DType dtype, int64_t head_dim) {
 
 // bf16 operands rounded once (no hi/lo split) err by up to 2⁻⁹ per probability, which sums to a
 // few percent of a typical element over a thousand keys; see AttentionBf16Operands.
-double attention_ulps(DType dtype, int64_t head_dim, cuda::AttentionBf16Operands operands) {
-  if (dtype == DType::BF16 && takes_tensor_cores(dtype, head_dim) && operands == cuda::AttentionBf16Operands::Rounded)
+double attention_ulps(DType dtype, int64_t head_dim, AttentionProbabilities operands) {
+  if (dtype == DType::BF16 && takes_tensor_cores(dtype, head_dim) && operands == AttentionProbabilities::Rounded)
     return kAttentionRoundedOperandsUlps;
   if (!takes_tensor_cores(dtype, head_dim)) return kRoundedOnceUlps;  // the fp32 kernels
   return dtype == DType::F16 ? kAttentionF16Ulps : kAttentionBf16Ulps;
@@ -40,8 +40,8 @@ double attention_ulps(DType dtype, int64_t head_dim, cuda::AttentionBf16Operands
 // Sets the backend's bf16 attention operands for one scope (the other tests expect Split).
 class Bf16OperandsScope {
  public:
-  explicit Bf16OperandsScope(cuda::AttentionBf16Operands operands) { gpu().set_attention_bf16_operands(operands); }
-  ~Bf16OperandsScope() { gpu().set_attention_bf16_operands(cuda::AttentionBf16Operands::Split); }
+  explicit Bf16OperandsScope(AttentionProbabilities operands) { gpu().set_attention_probabilities(operands); }
+  ~Bf16OperandsScope() { gpu().set_attention_probabilities(AttentionProbabilities::Split); }
   Bf16OperandsScope(const Bf16OperandsScope&) = delete;
   Bf16OperandsScope& operator=(const Bf16OperandsScope&) = delete;
 };
@@ -80,11 +80,10 @@ void check_dqkv(const std::vector<float>& got, const std::vector<float>& expecte
   CHECK(largest <= 1e-3 * mean_dv);
 }
 
-void check_attention(const Case& c, DType dtype,
-                     cuda::AttentionBf16Operands operands = cuda::AttentionBf16Operands::Split) {
+void check_attention(const Case& c, DType dtype, AttentionProbabilities operands = AttentionProbabilities::Split) {
   const Bf16OperandsScope scope(operands);
   const int64_t C = c.heads * c.head_dim;
-  const std::string what = describe(c, dtype) + (operands == cuda::AttentionBf16Operands::Rounded ? " rounded" : "");
+  const std::string what = describe(c, dtype) + (operands == AttentionProbabilities::Rounded ? " rounded" : "");
   const double max_ulps = attention_ulps(dtype, c.head_dim, operands);
   Mirrored qkv({c.batch, c.seq, 3 * C}, dtype), out({c.batch, c.seq, C}, dtype), lse({c.batch, c.heads, c.seq}, DType::F32);
   Mirrored dout({c.batch, c.seq, C}, dtype), dqkv({c.batch, c.seq, 3 * C}, dtype);
@@ -139,8 +138,9 @@ TEST_CASE("gpu: attention at head dims 64 and 128 for T on and off the tile grid
   }
 }
 
-TEST_CASE("gpu: bf16 attention with operands rounded once (FlashAttention's numerics) at head dim 64") {
-  for (int64_t seq : {17, 100, 129}) check_attention({2, seq, 3, 64}, DType::BF16, cuda::AttentionBf16Operands::Rounded);
+TEST_CASE("gpu: bf16 attention with operands rounded once (FlashAttention's numerics) at head dims 64 and 128") {
+  for (int64_t seq : {17, 100, 129}) check_attention({2, seq, 3, 64}, DType::BF16, AttentionProbabilities::Rounded);
+  for (int64_t seq : {17, 129}) check_attention({2, seq, 2, 128}, DType::BF16, AttentionProbabilities::Rounded);
 }
 
 TEST_CASE("gpu: attention over many batch entries and heads, T a tile multiple plus one") {

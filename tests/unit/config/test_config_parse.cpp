@@ -23,6 +23,7 @@ TEST_CASE("a minimal config gets the documented defaults") {
   CHECK(c.fp16.hysteresis == 2);
   CHECK(c.fp16.min_loss_scale == 1.0);
   CHECK_FALSE(c.bf16.enabled);
+  CHECK(c.model.attention_probabilities == AttentionProbabilities::Rounded);
   CHECK(c.zero_optimization.stage == 0);
   CHECK(c.zero_optimization.overlap_comm == false);  // resolved: stage 0 → false
   CHECK(c.zero_optimization.reduce_bucket_size == 500000000);
@@ -68,7 +69,7 @@ gradient_clipping: 0.5
 steps_per_print: 0
 wall_clock_breakdown: true
 activation_checkpointing: {partition_activations: false, cpu_checkpointing: false}
-model: {n_layer: 3, n_head: 4, d_model: 32, vocab_size: 300, seq_len: 16, recompute: full}
+model: {n_layer: 3, n_head: 4, d_model: 32, vocab_size: 300, seq_len: 16, recompute: full, attention_probabilities: split}
 parallelism:
   tensor_model_parallel_size: 1
   pipeline_model_parallel_size: 1
@@ -118,6 +119,7 @@ comm: {backend: mpi}
   CHECK(c.model.vocab_size == 300);
   CHECK(c.model.seq_len == 16);
   CHECK(c.model.recompute == ActivationRecompute::Full);
+  CHECK(c.model.attention_probabilities == AttentionProbabilities::Split);
   CHECK(c.data.train == "shards/train_*.bin");
   CHECK(c.data.val == "shards/val_*.bin");
   CHECK(c.data.shuffle);
@@ -272,7 +274,7 @@ scheduler: {type: WarmupDecayLR, params: {warmup_min_lr: 1.5e-6, warmup_max_lr: 
 fp16: {loss_scale: 0.1, min_loss_scale: 0.25}
 zero_optimization: {reduce_bucket_size: 123456789}
 gradient_clipping: 0.3333333333333333
-model: {preset: gpt2-124m, n_layer: 2, seq_len: 64, recompute: full}
+model: {preset: gpt2-124m, n_layer: 2, seq_len: 64, recompute: full, attention_probabilities: split}
 data: {train: "a: b/*.bin", val: "'quoted' \"both\"", shuffle: true}
 train: {iters: 70, eval_interval: 7, seed: 99}
 checkpoint: {dir: "runs/x y", save_interval: 7, keep_last: 1, resume: none}
