@@ -29,7 +29,7 @@ std::string error_message_of(Run run) {
 
 enum class HalfType { BF16, F16 };
 // kernels/attention.cuh's AttentionBf16Operands: bf16 probabilities and dS enter the MMAs as
-// hi + lo pairs (Split, what training uses) or rounded once (Rounded, head_dim 64 only).
+// hi + lo pairs (Split) or rounded once (Rounded, what training uses by default).
 enum class Bf16Operands { Split, Rounded };
 
 struct AttentionShape {
