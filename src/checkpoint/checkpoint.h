@@ -260,6 +260,10 @@ class CheckpointReader {
   std::unique_ptr<Impl> impl_;
 };
 
+// The layer index of a GPT-2 tensor named "h.<i>.<suffix>" (HuggingFace's and strata's names),
+// with the suffix after it; -1 when the name is no layer tensor.
+int64_t gpt2_layer_of(const std::string& name, std::string* suffix);
+
 // ---------------------------------------------------------------------------------------
 // HuggingFace export. The checkpoint's global_meta["model"] holds n_layer, n_head, d_model,
 // vocab_size, padded_vocab, seq_len; parameters are stored as "model.<HF name>" in HF Conv1D

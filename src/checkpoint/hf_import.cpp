@@ -23,19 +23,6 @@ const std::set<std::string>& layer_tensor_suffixes() {
   return suffixes;
 }
 
-// The layer index of "h.<i>.<suffix>", or -1 when the name is no layer tensor.
-int64_t layer_of(const std::string& name, std::string* suffix) {
-  if (name.rfind("h.", 0) != 0) return -1;
-  const size_t dot = name.find('.', 2);
-  if (dot == std::string::npos || dot == 2) return -1;
-  const std::string digits = name.substr(2, dot - 2);
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) || digits.size() > 9) {
-    return -1;
-  }
-  *suffix = name.substr(dot + 1);
-  return std::stoll(digits);
-}
-
 // Buffers and tied copies a HuggingFace GPT-2 file may carry besides its parameters.
 bool is_buffer(const std::string& name, const std::string& suffix, int64_t layer) {
   return name == "lm_head.weight" || (layer >= 0 && (suffix == "attn.bias" || suffix == "attn.masked_bias"));
@@ -84,7 +71,7 @@ nlohmann::json model_dims(const std::string& dir, const std::string& where) {
 std::string parameter_key(const SafetensorsEntry& e, const std::string& where) {
   const std::string name = e.name.rfind("transformer.", 0) == 0 ? e.name.substr(12) : e.name;
   std::string suffix;
-  const int64_t layer = layer_of(name, &suffix);
+  const int64_t layer = gpt2_layer_of(name, &suffix);
   if (is_buffer(name, suffix, layer)) return "";
   const bool known = layer >= 0 ? layer_tensor_suffixes().count(suffix) > 0
                                 : (name == "wte.weight" || name == "wpe.weight" || name == "ln_f.weight" ||
@@ -98,6 +85,18 @@ std::string parameter_key(const SafetensorsEntry& e, const std::string& where) {
 }
 
 }  // namespace
+
+int64_t gpt2_layer_of(const std::string& name, std::string* suffix) {
+  if (name.rfind("h.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 2);
+  if (dot == std::string::npos || dot == 2) return -1;
+  const std::string digits = name.substr(2, dot - 2);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) || digits.size() > 9) {
+    return -1;
+  }
+  *suffix = name.substr(dot + 1);
+  return std::stoll(digits);
+}
 
 CheckpointReader CheckpointReader::open_huggingface(const std::string& dir, const std::string& source_key) {
   const std::string where = source_key + ": " + dir;

@@ -238,9 +238,8 @@ void read_pretrained_weights(const std::string& dir, Engine& engine) {
   // No tensor the model lacks: a deeper folder would otherwise start a shallower model silently.
   for (const std::string& key : reader.tensor_names()) {
     const std::string name = key.substr(6);  // after "model."
-    if (name.rfind("h.", 0) != 0) continue;
-    const int64_t layer = std::stoll(name.substr(2, name.find('.', 2) - 2));
-    if (layer >= dims.n_layer) {
+    std::string suffix;
+    if (gpt2_layer_of(name, &suffix) >= dims.n_layer) {
       throw UserError(fmt::format("{}: holds {} but the model has {} layers (its config.json says n_layer {}); set "
                                   "model.n_layer to the folder's or leave it unset",
                                   where, name, dims.n_layer, folder.at("n_layer").dump()));
