@@ -12,8 +12,9 @@
 # the state in a file under nvme_path (read ahead and written behind in O_DIRECT pieces), on the
 # simulated device and on the CPU backend alike, bit for bit too; no file is left behind, and
 # the peak resident memory drops by the state that left it. Stage 0, offload_param, offloaded
-# state larger than the node's memory, a missing or unwritable nvme_path and a file that cannot
-# be reserved are refused before the first step. A run offloading to nvme killed with SIGKILL
+# state larger than the node's memory, a missing or unwritable nvme_path, a file system without
+# O_DIRECT (a preloaded shim plays one) and a file that cannot be reserved are refused before the
+# first step. A run offloading to nvme killed with SIGKILL
 # mid-run leaves no file and resumes bit for bit.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
@@ -218,6 +219,44 @@ run_expect 2 bash -c "ulimit -f 65536; exec \"$STRATA\" train --config \"$WORK/b
   --set model.n_layer=8 --set model.d_model=512 --set model.n_head=8 --set zero_optimization.offload_optimizer.device=nvme \
   --set zero_optimization.offload_optimizer.nvme_path=\"$WORK/nvme\""
 expect_contains "$OUT" "nvme_path '$WORK/nvme': cannot reserve 0.28 GiB for the offloaded optimizer"
+# A file system without O_DIRECT (tmpfs before Linux 6.6, some network file systems) answers such
+# an open with EINVAL; the file systems at hand all accept it, so a preloaded shim answers so.
+cat >"$WORK/no_direct.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+static int refuse_direct(const char* name, const char* path, int flags, va_list ap) {
+  if (flags & O_DIRECT) {
+    errno = EINVAL;
+    return -1;
+  }
+  int (*real)(const char*, int, ...) = (int (*)(const char*, int, ...))dlsym(RTLD_NEXT, name);
+  const int mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, int) : 0;
+  return real(path, flags, mode);
+}
+int open(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  const int fd = refuse_direct("open", path, flags, ap);
+  va_end(ap);
+  return fd;
+}
+int open64(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  const int fd = refuse_direct("open64", path, flags, ap);
+  va_end(ap);
+  return fd;
+}
+C
+cc -shared -fPIC -o "$WORK/no_direct.so" "$WORK/no_direct.c" -ldl
+run_expect 2 env LD_PRELOAD="$WORK/no_direct.so" "$STRATA" train --config "$WORK/bad.yaml" \
+  --set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=nvme \
+  --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
+expect_contains "$OUT" "nvme_path '$WORK/nvme': its file system does not support O_DIRECT"
+[ -z "$(ls -A "$WORK/nvme")" ] || fail "a refused nvme_path kept a file: $(ls "$WORK/nvme")"
 run_expect 2 "$STRATA" config "$WORK/bad.yaml" --set zero_optimization.stage=3 \
   --set zero_optimization.offload_param.device=cpu
 expect_contains "$OUT" "offloading to cpu is not supported yet"
