@@ -95,6 +95,39 @@ class GlobalSampler {
   std::shared_ptr<PermutationCache> cache_;
 };
 
+// ---- Blending several sources ------------------------------------------------------------
+
+// Where each global sequence of a blend of sources comes from: sequence g is sequence
+// local_index of source `source`, and each source's sequences are taken in its own order
+// (0, 1, 2, …; its GlobalSampler maps them to tokens and wraps its epochs). The order depends on
+// the weights alone, so every rank, layout and resumed run sees the same one, and any g is
+// located directly. Shares are exact per block of block_size() sequences: the first k blocks
+// hold each source's largest-remainder share of k·block_size() (so after n sequences a source
+// is within one block of weight·n); inside a block the sources interleave, each placed where it
+// is furthest behind its share (Megatron's greedy rule).
+class BlendOrder {
+ public:
+  struct Position {
+    int source = 0;
+    int64_t local_index = 0;
+  };
+  // weights: one per source, each finite and > 0 (std::invalid_argument otherwise).
+  explicit BlendOrder(std::vector<double> weights);
+
+  Position locate(int64_t global_index) const;
+  // Sequences of `source` among the first n global sequences.
+  int64_t count_before(int source, int64_t n) const;
+  int64_t block_size() const { return block_size_; }
+  int sources() const { return static_cast<int>(shares_.size()); }
+
+ private:
+  struct BlockCache;  // the last block laid out; shared by copies
+  int64_t cumulative(int source, int64_t blocks) const;  // sequences of source in the first `blocks` blocks
+  std::vector<double> shares_;  // weights / their sum
+  int64_t block_size_;
+  std::shared_ptr<BlockCache> cache_;
+};
+
 // Reads `count` consecutive global sequences starting at `first_global_index` into
 // tokens and targets, each (count, T) row-major. Eval walks the val split with this.
 void read_sequences(const TokenDataset& dataset, const GlobalSampler& sampler,
