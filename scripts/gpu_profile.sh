@@ -36,18 +36,20 @@ data="$(mktemp -d "${TMPDIR:-/tmp}/strata-profile.XXXXXX")"
 trap 'rm -rf "$data"; finish' EXIT
 python3 "$root/scripts/lib/random_token_shard.py" "$data/bench_train_000000.bin" $((1024 * 1024))
 
-# Every kernel of a 3-step run with its duration; the last optimizer step's kernels are tabled.
-step strata_ncu 150 "${ncu[@]}" --metrics gpu__time_duration.sum --csv --print-units base \
+# Every kernel of a 2-step run with its duration (under ncu a step takes about a minute); the
+# last optimizer step's kernels are tabled.
+step strata_ncu 200 "${ncu[@]}" --metrics gpu__time_duration.sum --csv --print-units base \
   --log-file "$logs/strata_ncu.csv" "$build/bin/strata" train --config "$root/configs/gpt2-124m.yaml" \
   --set device=cuda --set bf16.enabled=true --set data.train="$data/bench_train_*.bin" --set data.val= \
-  --set train.iters=3 --set train.eval_interval=0 --set checkpoint.dir= --set checkpoint.save_interval=0 \
+  --set train.iters=2 --set train.eval_interval=0 --set checkpoint.dir= --set checkpoint.save_interval=0 \
   --set checkpoint.resume=none --set train_micro_batch_size_per_gpu=32 --set gradient_accumulation_steps=1
 python3 - "$logs/strata_ncu.csv" >>"$summary" 2>&1 <<'PY'
 import collections, csv, sys
 rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))
         if r.get("Metric Name") == "gpu__time_duration.sum"]
-names = [r["Kernel Name"].replace("void ", "").split("(")[0].split("<")[0] for r in rows]
-ns = [float(r["Metric Value"]) for r in rows]
+# "void strata::<unnamed>::cast_kernel<float, …>(…)" → "strata::cast_kernel"
+names = [r["Kernel Name"].replace("void ", "").replace("<unnamed>::", "").split("(")[0].split("<")[0] for r in rows]
+ns = [float(r["Metric Value"].replace(",", "")) for r in rows]  # ncu writes 318,496
 adam = [i for i, n in enumerate(names) if "adamw" in n]
 # Optimizer steps: runs of adamw launches; the last step is what follows the one before last.
 ends = [a for a, b in zip(adam, adam[1:] + [len(names)]) if b - a > 50] or [len(names) - 1]
