@@ -151,6 +151,7 @@ int run_config(const Commands& c) {
   for (const std::string& note : strata::deepspeed_notes(cfg)) std::printf("# %s\n", note.c_str());
   std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
   std::fputs(strata::derived_to_yaml(cfg).c_str(), stdout);
+  strata::print_blend_report(cfg);
   return 0;
 }
 

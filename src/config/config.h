@@ -249,10 +249,19 @@ struct ParallelismConfig {
   PipelineConfig pipeline;
 };
 
+// One source of training data: a glob of token shards and its weight in a blend.
+struct DataSource {
+  std::string path;
+  /// Relative share of the blend's sequences (the shares are the weights over their sum).
+  double weight = 1;
+  bool operator==(const DataSource& o) const { return path == o.path && weight == o.weight; }
+};
+
 // `data`: llm.c-format token shards.
 struct DataConfig {
-  /// Glob pattern of the training shards.
-  std::string train;
+  /// The training shards: one glob (written as a string), or several sources, each
+  /// {path: GLOB, weight: W}, whose sequences are blended in proportion to their weights.
+  std::vector<DataSource> train;
   /// Glob pattern of the validation shards (empty = no evaluation data).
   std::string val;
   /// Shuffle the global sequence order (with train.seed, identically on every rank).

@@ -138,6 +138,14 @@ class FieldWriter {
     for (int n : p.partition_layers) list += (list.empty() ? "" : ", ") + number(n);
     w_.key("partition", "[" + list + "]");
   }
+  // One glob with weight 1 as the plain string it was given as; a blend as a flow list of maps.
+  void data_sources(const char* name, const std::vector<DataSource>& sources) {
+    if (sources.size() == 1 && sources[0].weight == 1) return w_.key(name, quoted(sources[0].path));
+    std::string list;
+    for (const DataSource& s : sources)
+      list += fmt::format("{}{{path: {}, weight: {}}}", list.empty() ? "" : ", ", quoted(s.path), number(s.weight));
+    w_.key(name, sources.empty() ? quoted("") : "[" + list + "]");
+  }
 
  private:
   YamlWriter& w_;

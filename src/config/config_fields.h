@@ -29,6 +29,7 @@ constexpr Bound fraction() { return {Bound::Kind::Fraction, 0, 1}; }
 //   section(name, fn[, alias])     a nested map whose fields fn(V&) visits; the reader also takes
 //                                  it under DeepSpeed's other name `alias`
 //   scheduler(member), pipeline_partition(member)   the two keys whose shape depends on a value
+//   data_sources(name, member)     one glob, or a list of {path, weight} maps
 // S is the section's type, const for the writer.
 
 template <typename V, typename S>
@@ -139,7 +140,7 @@ void strata_fields(V& v, C& c) {
     });
   });
   v.section("data", [&](V& s) {
-    s.value("train", c.data.train);
+    s.data_sources("train", c.data.train);
     s.value("val", c.data.val);
     s.value("shuffle", c.data.shuffle);
   });

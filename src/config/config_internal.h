@@ -83,6 +83,8 @@ class MapReader {
   void read(const std::string& key, std::optional<int64_t>& out);
   void read(const std::string& key, std::array<double, 2>& out);
   void read(const std::string& key, std::vector<int>& out);  // a list of whole numbers
+  // One glob (a string; empty: none) or a list of {path, weight} maps, each key required.
+  void read(const std::string& key, std::vector<DataSource>& out);
   bool is_sequence(const std::string& key);
   // An element count written as 5e8 or 500000000: any number with a whole value.
   void read_count(const std::string& key, int64_t& out);

@@ -153,6 +153,7 @@ class FieldReader {
   }
   void scheduler(SchedulerConfig& out) { parse_scheduler(in_.section("scheduler"), out); }
   void pipeline_partition(PipelineConfig& out) { read_partition(in_, out); }
+  void data_sources(const char* name, std::vector<DataSource>& out) { in_.read(name, out); }
   // Reports the keys no field asked for.
   void finish() { in_.finish(); }
 

@@ -319,6 +319,40 @@ void MapReader::read(const std::string& key, std::vector<int>& out) {
   out = v;
 }
 
+void MapReader::read(const std::string& key, std::vector<DataSource>& out) {
+  const YAML::Node* node = find(key);
+  if (node == nullptr) return;
+  if (node->IsScalar()) {
+    out.clear();
+    if (!node->Scalar().empty()) out.push_back({node->Scalar(), 1});
+    return;
+  }
+  if (!node->IsSequence() || node->size() == 0) {
+    log_->add(key_path(key), fmt::format("expected a glob of token shards or a list of {{path: GLOB, weight: W}} "
+                                         "to blend, got {}", node->IsSequence() ? "an empty list" : describe(*node)));
+    return;
+  }
+  std::vector<DataSource> sources;
+  for (size_t i = 0; i < node->size(); ++i) {
+    const std::string path = fmt::format("{}[{}]", key_path(key), i);
+    const YAML::Node item = (*node)[i];
+    if (!item.IsMap()) {
+      log_->add(path, fmt::format("expected a map {{path: GLOB, weight: W}}, got {}", describe(item)));
+      continue;
+    }
+    MapReader source(item, path, *log_);
+    for (const char* name : {"path", "weight"}) {
+      if (!source.has(name)) source.error(name, "required in each source of a blend");
+    }
+    DataSource s;
+    source.read("path", s.path);
+    source.read("weight", s.weight);
+    source.finish();
+    sources.push_back(s);
+  }
+  out = sources;
+}
+
 void MapReader::read_count(const std::string& key, int64_t& out) {
   const YAML::Node* node = scalar(key, "a number");
   if (node == nullptr) return;

@@ -60,6 +60,7 @@ class RangeChecker {
   }
   void scheduler(const SchedulerConfig&) {}  // its parameters depend on its type: check_scheduler
   void pipeline_partition(const PipelineConfig&) {}
+  void data_sources(const char*, const std::vector<DataSource>&) {}  // check_data_sources
 
  private:
   template <typename T>
@@ -314,7 +315,27 @@ void check_batch(const Config& c, int dp_size, Problems& p) {
   p.add(error->path, message);
 }
 
+// A blend's weights: each positive, and no share so small that its block of the order
+// (BlendOrder: 2 / the smallest share sequences) would outgrow memory.
+void check_data_sources(const std::vector<DataSource>& sources, Problems& p) {
+  constexpr double kSmallestShare = 1e-6;
+  double total = 0;
+  for (const DataSource& s : sources) total += std::isfinite(s.weight) && s.weight > 0 ? s.weight : 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::string at = fmt::format("data.train[{}]", i);  // a plain glob can fail neither check
+    if (sources[i].path.empty()) p.add(at + ".path", "empty; give a glob of token shards, e.g. data/web/train_*.bin");
+    const double w = sources[i].weight;
+    if (!(std::isfinite(w) && w > 0)) {
+      p.add(at + ".weight", fmt::format("must be a positive number, got {}", w));
+    } else if (w / total < kSmallestShare) {
+      p.add(at + ".weight", fmt::format("{} is a share of {:.3g} of the blend, below the smallest strata blends ({}); "
+                                        "raise it or leave the source out", w, w / total, kSmallestShare));
+    }
+  }
+}
+
 void check_loop(const Config& c, Problems& p) {
+  check_data_sources(c.data.train, p);
   for (const char* key : {"gradient_clipping", "steps_per_print", "flops_profiler", "activation_checkpointing", "train",
                           "checkpoint", "logging"})
     check_ranges(c, key, p);

@@ -3,14 +3,14 @@
 // seeking just restarts the thread at the new position.
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "data/data.h"
 
 namespace strata {
 
-BatchLoader::BatchLoader(const TokenDataset& dataset, const GlobalSampler& sampler,
-                         BatchLayout layout, bool prefetch)
-    : dataset_(dataset), sampler_(sampler), layout_(layout), prefetch_(prefetch) {
+BatchLoader::BatchLoader(TrainSequences sequences, BatchLayout layout, bool prefetch)
+    : sequences_(std::move(sequences)), layout_(layout), prefetch_(prefetch) {
   if (layout.micro_batch < 1 || layout.grad_accum < 1 || layout.dp_size < 1) {
     throw std::invalid_argument("BatchLoader: micro_batch, grad_accum and dp_size must be >= 1");
   }
@@ -18,17 +18,9 @@ BatchLoader::BatchLoader(const TokenDataset& dataset, const GlobalSampler& sampl
     throw std::invalid_argument("BatchLoader: dp_rank " + std::to_string(layout.dp_rank) +
                                 " outside [0, " + std::to_string(layout.dp_size) + ")");
   }
-  if (layout.seq_len != sampler.seq_len()) {
+  if (layout.seq_len != sequences_.seq_len()) {
     throw std::invalid_argument("BatchLoader: layout seq_len " + std::to_string(layout.seq_len) +
-                                " differs from the sampler's " +
-                                std::to_string(sampler.seq_len()));
-  }
-  const int64_t tokens_needed = sampler.num_sequences() * sampler.seq_len() + 1;
-  if (tokens_needed > dataset.num_tokens()) {
-    throw std::invalid_argument("BatchLoader: the sampler's sequences need " +
-                                std::to_string(tokens_needed) + " tokens but " + dataset.key() +
-                                " holds " + std::to_string(dataset.num_tokens()) +
-                                " (build the sampler from this dataset)");
+                                " differs from the sampler's " + std::to_string(sequences_.seq_len()));
   }
 }
 
@@ -51,7 +43,7 @@ MicroBatch BatchLoader::batch_at(int64_t step, int micro_index) const {
   }
   // Micro-batch offsets inside a step are those of step 0.
   const int64_t first = step_first + micro_batch_first_sequence(layout_, 0, micro_index);
-  read_sequences(dataset_, sampler_, first, layout_.micro_batch, batch.tokens.data(), batch.targets.data());
+  sequences_.read(first, layout_.micro_batch, batch.tokens.data(), batch.targets.data());
   return batch;
 }
 

@@ -128,6 +128,38 @@ class BlendOrder {
   std::shared_ptr<BlockCache> cache_;
 };
 
+// ---- The training stream ----------------------------------------------------------------
+
+// The training data as one stream of global sequences: one dataset in its sampler's order, or a
+// blend of several, each read in its own sampler's order (its own epochs and shuffle) and
+// interleaved by a BlendOrder of their weights. Copies share the mappings and caches.
+class TrainSequences {
+ public:
+  struct Source {
+    TokenDataset dataset;
+    GlobalSampler sampler;  // built from `dataset`
+    double weight = 1;
+  };
+  // Every sampler has the same seq_len (std::invalid_argument otherwise). One source is read in
+  // its sampler's order alone: its weight plays no part.
+  explicit TrainSequences(std::vector<Source> sources);
+  TrainSequences(const TokenDataset& dataset, const GlobalSampler& sampler);
+
+  int seq_len() const { return sources_.front().sampler.seq_len(); }
+  bool blended() const { return order_ != nullptr; }
+  const std::vector<Source>& sources() const { return sources_; }
+  int64_t num_tokens() const;  // of every source together
+  // Sequences of `source` among the first n global sequences.
+  int64_t count_before(int source, int64_t n) const;
+  // Reads `count` consecutive global sequences from `first_global_index` into tokens and
+  // targets, each (count, T) row-major.
+  void read(int64_t first_global_index, int count, int32_t* tokens, int32_t* targets) const;
+
+ private:
+  std::vector<Source> sources_;
+  std::shared_ptr<const BlendOrder> order_;  // null for one source
+};
+
 // Reads `count` consecutive global sequences starting at `first_global_index` into
 // tokens and targets, each (count, T) row-major. Eval walks the val split with this.
 void read_sequences(const TokenDataset& dataset, const GlobalSampler& sampler,
@@ -160,11 +192,12 @@ struct MicroBatch {
 
 // Yields this rank's micro-batches in order: all of step s, then step s+1, ... With prefetch
 // a background thread prepares the next few; results are identical either way. The loader
-// keeps its own (cheap, shared-mapping) copies of the dataset and sampler.
+// keeps its own (cheap, shared-mapping) copy of the sequences.
 class BatchLoader {
  public:
-  BatchLoader(const TokenDataset& dataset, const GlobalSampler& sampler, BatchLayout layout,
-              bool prefetch);
+  BatchLoader(TrainSequences sequences, BatchLayout layout, bool prefetch);
+  BatchLoader(const TokenDataset& dataset, const GlobalSampler& sampler, BatchLayout layout, bool prefetch)
+      : BatchLoader(TrainSequences(dataset, sampler), layout, prefetch) {}
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -194,8 +227,7 @@ class BatchLoader {
   void worker_loop(int64_t step, int micro_index);
 
   static constexpr size_t kPrefetchDepth = 3;
-  TokenDataset dataset_;
-  GlobalSampler sampler_;
+  TrainSequences sequences_;
   BatchLayout layout_;
   bool prefetch_;
   int64_t next_step_ = 0;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "config/config.h"
 
 namespace strata {
 
@@ -17,5 +18,9 @@ struct TrainOptions {
 
 // Runs a whole training job on this rank; returns the process exit code.
 int run_train(const MpiRuntime& mpi, const TrainOptions& options);
+
+// `strata config`: for a blend of several data.train sources, comment lines with each source's
+// tokens, weight, share and epochs per run (or why its shards cannot be read).
+void print_blend_report(const Config& cfg);
 
 }  // namespace strata

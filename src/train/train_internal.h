@@ -46,6 +46,13 @@ EngineSettings engine_settings_from_config(const Config& cfg, Device device = De
 // Limits of this build that the config alone cannot express (the world size comes from
 // mpirun; --dump-grads needs the whole gradient on one rank). Throws UserError.
 void check_runnable(const Config& cfg, int world_size, bool dump_grads);
+// data.train's sources, each validated, in a sampler of its own: source 0 with train.seed (so a
+// one-source blend reads what its plain glob reads), source i with a seed of its own.
+TrainSequences open_train_sequences(const Config& cfg, int vocab_size, int seq_len);
+// One line per source of a blend: its glob, tokens, shards, weight, share of the sequences and
+// the epochs of it that `iters` steps of `global_batch` sequences read.
+std::vector<std::string> describe_blend(const TrainSequences& data, const std::vector<DataSource>& sources,
+                                        int64_t iters, int64_t global_batch);
 
 // Bytes one rank will allocate, estimated from the config before anything is allocated
 // (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline

@@ -41,8 +41,7 @@ inline std::string precision_text(DType precision) {
 struct RankSetup {
   RankSetup(const Config& cfg, const MpiRuntime& mpi, int vocab_size, int seq_len)
       : device(make_training_device(cfg, mpi)),
-        train_data(TokenDataset::open(cfg.data.train, vocab_size, "data.train")),
-        sampler(train_data, seq_len, cfg.data.shuffle, static_cast<uint64_t>(cfg.train.seed)) {
+        train(open_train_sequences(cfg, vocab_size, seq_len)) {
     if (!cfg.data.val.empty()) {
       val_data = TokenDataset::open(cfg.data.val, vocab_size, "data.val");
       GlobalSampler(*val_data, seq_len, false, 0);  // evaluation needs a sequence: say so now, not at the first eval
@@ -52,8 +51,7 @@ struct RankSetup {
       csv = CsvMonitor((std::filesystem::path(cfg.csv_monitor.output_path) / cfg.csv_monitor.job_name).string());
   }
   TrainingDevice device;
-  TokenDataset train_data;
-  GlobalSampler sampler;
+  TrainSequences train;
   std::optional<TokenDataset> val_data;
   MetricsWriter metrics;
   CsvMonitor csv;
@@ -97,7 +95,7 @@ class Trainer {
         backend_(*device_.backend),
         topology_(mpi, GridShape{cfg_.derived.dp_size, cfg_.derived.pp_size, cfg_.derived.tp_size},
                   agree_on_devices(mpi, cfg_, device_), device_.access ? &*device_.access : nullptr),
-        train_data_(setup_->train_data),
+        train_data_(setup_->train),
         val_data_(setup_->val_data),
         metrics_(setup_->metrics),
         memory_checked_(memory_checked(mpi, cfg_, device_)),
@@ -113,7 +111,7 @@ class Trainer {
     layout.dp_size = cfg_.derived.dp_size;
     layout.dp_rank = topology_.coord().dp;
     layout.seq_len = dims_.seq_len;
-    loader_ = std::make_unique<BatchLoader>(train_data_, setup_->sampler, layout, /*prefetch=*/true);
+    loader_ = std::make_unique<BatchLoader>(train_data_, layout, /*prefetch=*/true);
     check_same_data();
   }
 
@@ -172,7 +170,7 @@ class Trainer {
   TrainingDevice& device_;
   Backend& backend_;
   Topology topology_;
-  const TokenDataset& train_data_;
+  const TrainSequences& train_data_;
   const std::optional<TokenDataset>& val_data_;
   MetricsWriter& metrics_;
   bool memory_checked_;  // before the engine allocates

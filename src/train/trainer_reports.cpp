@@ -20,8 +20,17 @@ void Trainer::log_banner() {
   log_info("batch: {} sequences x {} tokens per step (micro {} x accumulation {} x DP {}); {:.3g} FLOP/token",
            cfg_.derived.global_batch, dims_.seq_len, cfg_.derived.micro_batch, cfg_.derived.grad_accum,
            cfg_.derived.dp_size, static_cast<double>(cfg_.derived.flops_per_token));
-  log_info("data: {} tokens in {} train shard(s){}", train_data_.num_tokens(), train_data_.shards().size(),
-           val_data_ ? fmt::format(", {} val tokens", val_data_->num_tokens()) : std::string());
+  const std::string val_text = val_data_ ? fmt::format(", {} val tokens", val_data_->num_tokens()) : std::string();
+  if (!train_data_.blended()) {
+    log_info("data: {} tokens in {} train shard(s){}", train_data_.num_tokens(),
+             train_data_.sources()[0].dataset.shards().size(), val_text);
+  } else {
+    log_info("data: a blend of {} sources, {} tokens{}", train_data_.sources().size(), train_data_.num_tokens(),
+             val_text);
+    for (const std::string& line :
+         describe_blend(train_data_, cfg_.data.train, cfg_.train.iters, cfg_.derived.global_batch))
+      log_info("  {}", line);
+  }
   log_info("layout: {} rank(s) = DP {} x TP {} x PP {} (rank = (pp*DP + dp)*TP + tp); sequence parallelism {}",
            mpi_.world_size(), cfg_.derived.dp_size, cfg_.derived.tp_size, cfg_.derived.pp_size,
            engine_.tensor_parallel().sequence_parallel() ? "on"

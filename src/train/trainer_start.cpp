@@ -234,36 +234,52 @@ void Trainer::check_same_start(int64_t step) {
 // would give each rank other sequences than the global order assigns it.
 void Trainer::check_same_data() {
   if (mpi_.world_size() == 1) return;
-  const std::vector<int64_t> all =
-      mpi_.all_gather({train_data_.num_tokens(), val_data_ ? val_data_->num_tokens() : -1});
-  const int r = first_rank_unlike_rank0(all, 2);
+  std::vector<int64_t> mine;
+  for (const TrainSequences::Source& s : train_data_.sources()) mine.push_back(s.dataset.num_tokens());
+  mine.push_back(val_data_ ? val_data_->num_tokens() : -1);
+  const size_t n = mine.size();
+  const std::vector<int64_t> all = mpi_.all_gather(mine);
+  const int r = first_rank_unlike_rank0(all, n);
   if (r < 0) return;
-  const int k = all[2 * static_cast<size_t>(r)] != all[0] ? 0 : 1;  // train first
+  size_t k = 0;  // the first value that differs
+  while (all[static_cast<size_t>(r) * n + k] == all[k]) ++k;
+  const std::string key = k + 1 == n ? "data.val" : train_data_.sources()[k].dataset.key();
   throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a shared "
                               "file system, or identical copies on every node)",
-                              k == 0 ? "data.train" : "data.val", r, all[2 * static_cast<size_t>(r) + k],
-                              all[static_cast<size_t>(k)]),
+                              key, r, all[static_cast<size_t>(r) * n + k], all[k]),
                   RaisedOn::EveryRank);
 }
 
+// What decides the order of the training sequences; a checkpoint keeps it to compare on resume.
 nlohmann::json Trainer::data_order() const {
-  return {{"tokens", train_data_.num_tokens()}, {"shuffle", cfg_.data.shuffle}, {"seed", cfg_.train.seed}};
+  nlohmann::json order = {
+      {"tokens", train_data_.num_tokens()}, {"shuffle", cfg_.data.shuffle}, {"seed", cfg_.train.seed}};
+  if (train_data_.blended()) {
+    nlohmann::json sources = nlohmann::json::array();
+    for (size_t i = 0; i < train_data_.sources().size(); ++i)
+      sources.push_back({{"tokens", train_data_.sources()[i].dataset.num_tokens()},
+                         {"weight", cfg_.data.train[i].weight}});
+    order["sources"] = sources;
+  }
+  return order;
 }
 
-// A resumed run may change its data on purpose (more text, shuffling on); it is told that the
-// sequences from here differ from those an uninterrupted run would have read.
+// A resumed run may change its data on purpose (more text, shuffling on, other weights); it is
+// told that the sequences from here differ from those an uninterrupted run would have read.
 void Trainer::warn_if_data_order_changed(const nlohmann::json& saved) const {
   if (saved.is_null() || mpi_.world_rank() != 0) return;
   const nlohmann::json now = data_order();
-  const auto then = [&](const char* key) { return saved.contains(key) ? saved.at(key) : nlohmann::json(); };
+  const auto at = [](const nlohmann::json& j, const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
   std::string changes;
   const auto add = [&](const std::string& what, const char* key) {
-    changes += fmt::format("{}{} is {}, {} then", changes.empty() ? "" : "; ", what, now[key].dump(), then(key).dump());
+    changes += fmt::format("{}{} is {}, {} then", changes.empty() ? "" : "; ", what, at(now, key).dump(),
+                           at(saved, key).dump());
   };
-  if (then("tokens") != now["tokens"]) add("the token count of data.train", "tokens");
-  if (then("shuffle") != now["shuffle"]) {
+  if (at(saved, "tokens") != at(now, "tokens")) add("the token count of data.train", "tokens");
+  if (at(saved, "sources") != at(now, "sources")) add("the blend of data.train (tokens and weight per source)", "sources");
+  if (at(saved, "shuffle") != at(now, "shuffle")) {
     add("data.shuffle", "shuffle");
-  } else if (cfg_.data.shuffle && then("seed") != now["seed"]) {
+  } else if (cfg_.data.shuffle && at(saved, "seed") != at(now, "seed")) {
     add("train.seed (which orders the shuffled data)", "seed");
   }
   if (changes.empty()) return;

@@ -22,6 +22,9 @@ model:
   seq_len: 32
 )";
 
+// data.train as one glob reads back as this one source of weight 1.
+inline std::vector<strata::DataSource> one_source(const std::string& glob) { return {{glob, 1}}; }
+
 inline strata::Config load(const std::string& text, const std::vector<std::string>& overrides = {},
                            int world_size = 1) {
   return strata::load_config_text(text, overrides, world_size, "test.yaml");

@@ -50,6 +50,9 @@ class FieldCollector {
   }
   void scheduler(const strata::SchedulerConfig&) { out_.push_back({prefix_ + "scheduler", {}, false}); }
   void pipeline_partition(const strata::PipelineConfig&) { out_.push_back({prefix_ + "partition", {}, false}); }
+  void data_sources(const char* name, const std::vector<strata::DataSource>&) {
+    out_.push_back({prefix_ + name, {}, false});
+  }
 
  private:
   template <typename T>

@@ -51,8 +51,9 @@ TEST_CASE("wrong types are reported with the expected type and the value found")
         std::vector<std::string>{
             "optimizer.params.betas: expected a list of two numbers like [0.9, 0.999], got a list of 1"});
   CHECK(tiny_problems("fp16: true\n") == std::vector<std::string>{"fp16: expected a map of keys, got 'true'"});
-  CHECK(tiny_problems("data: {train: [a, b]}\n") ==
-        std::vector<std::string>{"data.train: expected a string, got a list"});
+  CHECK(tiny_problems("data: {train: {path: a}}\n") ==
+        std::vector<std::string>{"data.train: expected a glob of token shards or a list of {path: GLOB, weight: W} "
+                                 "to blend, got a map"});
   CHECK(tiny_problems("zero_optimization: {reduce_bucket_size: 1.5}\n") ==
         std::vector<std::string>{"zero_optimization.reduce_bucket_size: expected a whole number of elements "
                                  "(e.g. 5e8 or 500000000), got '1.5'"});

@@ -120,7 +120,7 @@ comm: {backend: mpi}
   CHECK(c.model.seq_len == 16);
   CHECK(c.model.recompute == ActivationRecompute::Full);
   CHECK(c.model.attention_probabilities == AttentionProbabilities::Split);
-  CHECK(c.data.train == "shards/train_*.bin");
+  CHECK(c.data.train == strata_test::one_source("shards/train_*.bin"));
   CHECK(c.data.val == "shards/val_*.bin");
   CHECK(c.data.shuffle);
   CHECK(c.train.iters == 50);
@@ -289,7 +289,7 @@ comm: {backend: mpi}
   // Spot checks on values whose text form is easy to get wrong.
   CHECK(again.logging.sample_prompt == original.logging.sample_prompt);
   CHECK(again.logging.sample_prompt == "In the beginning:\n\t\"God\" — ünïcode \\ end");
-  CHECK(again.data.train == "a: b/*.bin");
+  CHECK(again.data.train == strata_test::one_source("a: b/*.bin"));
   CHECK(again.data.val == "'quoted' \"both\"");
   CHECK(again.gradient_clipping == original.gradient_clipping);
   CHECK(again.optimizer.params.betas == original.optimizer.params.betas);
@@ -314,4 +314,45 @@ TEST_CASE("config_to_yaml of a constant-lr config round-trips without a schedule
   const Config again = load(text);
   CHECK(again.scheduler.type == LrScheduleType::Constant);
   CHECK(config_to_yaml(again) == text);
+}
+
+TEST_CASE("data.train takes a blend of sources, each {path, weight}, and writes it back as it read it") {
+  const Config c = load(std::string(kTinyConfig) + R"(
+data:
+  train:
+    - {path: "web/train_*.bin", weight: 0.7}
+    - path: books/train_*.bin
+      weight: 3e-1
+)");
+  REQUIRE(c.data.train.size() == 2);
+  CHECK(c.data.train[0] == DataSource{"web/train_*.bin", 0.7});
+  CHECK(c.data.train[1] == DataSource{"books/train_*.bin", 0.3});
+  const std::string text = config_to_yaml(c);
+  CHECK(text.find(R"(train: [{path: "web/train_*.bin", weight: 0.7}, {path: "books/train_*.bin", weight: 0.3}])") !=
+        std::string::npos);
+  CHECK(load(text).data.train == c.data.train);
+  // One source of weight 1 is the plain glob; an override replaces a blend with one glob.
+  CHECK(config_to_yaml(load(std::string(kTinyConfig) + "data: {train: [{path: a.bin, weight: 1}]}\n"))
+            .find("train: \"a.bin\"") != std::string::npos);
+  CHECK(load(text, {"data.train=x_*.bin"}).data.train == strata_test::one_source("x_*.bin"));
+  CHECK(load(text, {"data.train="}).data.train.empty());
+}
+
+TEST_CASE("a blend's sources are checked: a map each, path and weight required, weights positive") {
+  using strata_test::problems;
+  const std::string tiny = kTinyConfig;
+  CHECK(problems(tiny + "data: {train: [{path: a}, b, {path: c, weight: 1, wieght: 2}]}\n") ==
+        std::vector<std::string>{"data.train[0].weight: required in each source of a blend",
+                                 "data.train[1]: expected a map {path: GLOB, weight: W}, got 'b'",
+                                 "data.train[2].wieght: unknown key; did you mean weight?"});
+  CHECK(problems(tiny + "data: {train: []}\n") ==
+        std::vector<std::string>{"data.train: expected a glob of token shards or a list of {path: GLOB, weight: W} "
+                                 "to blend, got an empty list"});
+  CHECK(problems(tiny + "data: {train: [{path: a, weight: 0}, {path: '', weight: -2}]}\n") ==
+        std::vector<std::string>{"data.train[0].weight: must be a positive number, got 0",
+                                 "data.train[1].path: empty; give a glob of token shards, e.g. data/web/train_*.bin",
+                                 "data.train[1].weight: must be a positive number, got -2"});
+  CHECK(problems(tiny + "data: {train: [{path: a, weight: 1e7}, {path: b, weight: 1}]}\n") ==
+        std::vector<std::string>{"data.train[1].weight: 1 is a share of 1e-07 of the blend, below the smallest strata "
+                                 "blends (1e-06); raise it or leave the source out"});
 }

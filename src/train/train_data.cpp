@@ -1,0 +1,68 @@
+// data.train as the trainer reads it: each source's shards opened and validated, a sampler per
+// source, and the lines that describe a blend (the start-up banner and `strata config`).
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "core/core.h"
+#include "train/train.h"
+#include "train/train_internal.h"
+
+namespace strata {
+
+namespace {
+
+// Each source's shuffle has a seed of its own: the golden-ratio step keeps them far apart.
+constexpr uint64_t kSourceSeedStep = 0x9E3779B97F4A7C15ull;
+
+std::string source_key(size_t index, size_t count) {
+  return count == 1 ? std::string("data.train") : fmt::format("data.train[{}]", index);
+}
+
+}  // namespace
+
+TrainSequences open_train_sequences(const Config& cfg, int vocab_size, int seq_len) {
+  const std::vector<DataSource>& list = cfg.data.train;
+  std::vector<TrainSequences::Source> sources;
+  for (size_t i = 0; i < list.size(); ++i) {
+    TokenDataset dataset = TokenDataset::open(list[i].path, vocab_size, source_key(i, list.size()));
+    const uint64_t seed = static_cast<uint64_t>(cfg.train.seed) + kSourceSeedStep * i;
+    GlobalSampler sampler(dataset, seq_len, cfg.data.shuffle, seed);
+    sources.push_back({std::move(dataset), std::move(sampler), list[i].weight});
+  }
+  return TrainSequences(std::move(sources));
+}
+
+std::vector<std::string> describe_blend(const TrainSequences& data, const std::vector<DataSource>& sources,
+                                        int64_t iters, int64_t global_batch) {
+  double total_weight = 0;
+  for (const DataSource& s : sources) total_weight += s.weight;
+  const int64_t run_sequences = iters * global_batch;
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < data.sources().size(); ++i) {
+    const TrainSequences::Source& s = data.sources()[i];
+    const int64_t taken = data.count_before(static_cast<int>(i), run_sequences);
+    lines.push_back(fmt::format("{} '{}': {} tokens in {} shard(s), weight {} ({:.2f}% of the sequences), {:.3g} "
+                                "epochs in {} steps",
+                                source_key(i, sources.size()), s.dataset.pattern(), s.dataset.num_tokens(),
+                                s.dataset.shards().size(), sources[i].weight, 100 * sources[i].weight / total_weight,
+                                static_cast<double>(taken) / s.sampler.num_sequences(), iters));
+  }
+  return lines;
+}
+
+void print_blend_report(const Config& cfg) {
+  if (cfg.data.train.size() < 2) return;
+  std::printf("# data.train blends %zu sources:\n", cfg.data.train.size());
+  try {
+    const TrainSequences data = open_train_sequences(cfg, cfg.model.vocab_size, cfg.model.seq_len);
+    for (const std::string& line : describe_blend(data, cfg.data.train, cfg.train.iters, cfg.derived.global_batch))
+      std::printf("#   %s\n", line.c_str());
+  } catch (const UserError& e) {
+    // The config is valid; the data is not there (yet) or not usable: say so, still exit 0.
+    std::printf("#   (its shards cannot be read here: %s)\n", e.what());
+  }
+}
+
+}  // namespace strata
