@@ -23,7 +23,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libcli11-dev libfmt-dev catch2 nlohmann-json3-dev libopenblas-dev
-  python3 bible-kjv gnuplot-nox shellcheck
+  python3 python3-regex bible-kjv gnuplot-nox shellcheck
 )
 # The PyTorch reference tier runs on the system python3: a PyTorch it already imports (one
 # installed with pip, as on GPU images) is used as it is. PyTorch is optional: Ubuntu 24.04 has

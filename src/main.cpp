@@ -61,6 +61,7 @@ struct Commands {
   strata::AdamCheckOptions adam_check_options;
   strata::TrainOptions train_options;
   strata::EncodeOptions encode_options;
+  std::string decode_input, decode_tokenizer, decode_out;
   std::string export_checkpoint, export_out;
   CLI::App* config = nullptr;
   CLI::App* info = nullptr;
@@ -68,6 +69,7 @@ struct Commands {
   CLI::App* adam_check = nullptr;
   CLI::App* train = nullptr;
   CLI::App* encode = nullptr;
+  CLI::App* decode = nullptr;
   CLI::App* export_hf = nullptr;
 };
 
@@ -122,11 +124,26 @@ void add_commands(CLI::App& app, Commands& c) {
   // strata data encode --input FILE... --out DIR [--val-fraction F]
   auto* data = app.add_subcommand("data", "Prepare token shards");
   data->require_subcommand(1);
-  c.encode = data->add_subcommand("encode", "Encode text files into byte-level token shards (vocab 256)");
+  c.encode = data->add_subcommand("encode", "Encode text files into token shards (bytes, or GPT-2 BPE with --tokenizer)");
   c.encode->add_option("--input", c.encode_options.inputs, "Text files")->required()->expected(1, -1);
   c.encode->add_option("--out", c.encode_options.out_dir, "Output directory")->required();
   c.encode->add_option("--val-fraction", c.encode_options.val_fraction, "Fraction of tokens (the tail) for validation")
       ->check(CLI::Range(0.0, 0.5));
+  c.encode->add_option("--shard-tokens", c.encode_options.shard_tokens, "Most tokens per shard (default 1e8)")
+      ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  c.encode->add_option("--tokenizer", c.encode_options.tokenizer,
+                       "GPT-2 BPE: tokenizer.json, vocab.json (merges.txt beside it), their folder, or a tiktoken file");
+  c.encode->add_option("--split-on", c.encode_options.document_delimiter,
+                       "Split each file into documents at this text (\\n and \\t as escapes); default: a file is a document")
+      ->transform([](std::string text) { return strata::unescape_delimiter(text); });
+  c.encode->add_option("--threads", c.encode_options.threads, "Encoding threads (default: every core)")
+      ->check(CLI::NonNegativeNumber);
+  // strata data decode --tokenizer PATH --input GLOB [--out FILE]
+  c.decode = data->add_subcommand("decode", "Write token shards back as text with a GPT-2 BPE tokenizer");
+  c.decode->add_option("--input", c.decode_input, "Token shards (a glob, in file-name order)")->required();
+  c.decode->add_option("--tokenizer", c.decode_tokenizer, "tokenizer.json, vocab.json, their folder, or a tiktoken file")
+      ->required();
+  c.decode->add_option("--out", c.decode_out, "Output file (default: standard output)");
 
   // strata export --checkpoint DIR --out DIR
   c.export_hf = app.add_subcommand("export", "Write a checkpoint as a HuggingFace GPT-2 folder");
@@ -159,6 +176,10 @@ int run_config(const Commands& c) {
 int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<strata::MpiRuntime>& mpi) {
   if (c.config->parsed()) return run_config(c);
   if (c.adam_check->parsed()) return strata::run_adam_check(c.adam_check_options);
+  if (c.decode->parsed()) {
+    strata::decode_token_shards(c.decode_input, c.decode_tokenizer, c.decode_out);
+    return 0;
+  }
   if (c.encode->parsed()) {
     strata::encode_text_files(c.encode_options);
     return 0;

@@ -266,6 +266,9 @@ struct DataConfig {
   std::string val;
   /// Shuffle the global sequence order (with train.seed, identically on every rank).
   bool shuffle = false;
+  /// A GPT-2 BPE tokenizer (tokenizer.json, vocab.json + merges.txt, their folder, or a tiktoken
+  /// rank file): samples are decoded, and logging.sample_prompt encoded, with it.
+  std::string tokenizer;
 };
 
 // `train`: the loop.

@@ -143,6 +143,7 @@ void strata_fields(V& v, C& c) {
     s.data_sources("train", c.data.train);
     s.value("val", c.data.val);
     s.value("shuffle", c.data.shuffle);
+    s.value("tokenizer", c.data.tokenizer);
   });
   v.section("train", [&](V& s) {
     s.value("iters", c.train.iters, at_least(1));

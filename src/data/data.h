@@ -241,6 +241,46 @@ class BatchLoader {
   bool stop_requested_ = false;
 };
 
+// ---- GPT-2 byte-level BPE ---------------------------------------------------------------------
+
+// A byte-level BPE tokenizer of GPT-2's kind: the text is split by GPT-2's pre-tokenizer pattern
+// (bpe_internal.h) and each piece's bytes are merged pair by pair, always the adjacent pair of
+// lowest rank, leftmost among equals. Copies share the tables; encode and decode may run on several
+// threads at once.
+class BpeTokenizer {
+ public:
+  // path: a HuggingFace tokenizer.json; a vocab.json with merges.txt beside it; a folder holding
+  // either; or a tiktoken rank file ("BASE64 RANK" per line; a pair merges when the join of its
+  // bytes is a token, and <|endoftext|> takes the id after the last rank). Problems are UserErrors
+  // starting with `key` (the config key or option) and naming the file.
+  static BpeTokenizer load(const std::string& path, const std::string& key);
+
+  // Ordinary text: the text of a special token is encoded as text. Appends to out.
+  void encode(std::string_view text, std::vector<int32_t>& out) const;
+  std::vector<int32_t> encode(std::string_view text) const;
+  // The tokens' bytes joined; an id without a token (a padded vocabulary's) becomes U+FFFD.
+  std::string decode(const int32_t* ids, size_t n) const;
+  int vocab_size() const;       // the largest id + 1
+  int32_t end_of_text() const;  // <|endoftext|>'s id, or -1 when the vocabulary has none
+  const std::string& source() const;  // the file(s) it was read from, for messages
+
+  struct Tables;  // defined in bpe_tokenizer.cpp
+
+ private:
+  BpeTokenizer() = default;
+  std::shared_ptr<const Tables> tables_;
+};
+
+// Encodes each document [document_starts[d], document_starts[d+1]) of text after an end-of-text
+// token, on `threads` threads; the tokens are the same for any thread count.
+std::vector<int32_t> bpe_encode_documents(const BpeTokenizer& tokenizer, std::string_view text,
+                                          const std::vector<size_t>& document_starts, int threads);
+
+// `strata data decode`: the tokens of the shards matched by `pattern` (in file-name order) as
+// text, decoded with the tokenizer at `tokenizer_path`, into `out` (a file; "-" or empty: stdout).
+// Returns the number of tokens decoded.
+int64_t decode_token_shards(const std::string& pattern, const std::string& tokenizer_path, const std::string& out);
+
 // ---- Byte tokenizer and encoder -------------------------------------------------------------
 
 constexpr int kByteVocabSize = 256;
@@ -256,6 +296,11 @@ struct EncodeOptions {
   std::string out_dir;
   double val_fraction = 0.01;         // in [0, 0.5]; 0 writes no val shard
   int64_t shard_tokens = 100'000'000;  // most tokens per shard
+  std::string tokenizer;  // a GPT-2 BPE tokenizer (BpeTokenizer::load); empty: bytes
+  // With a tokenizer: each input file is a document, or, when this is set, each file splits into
+  // documents at every occurrence of it (e.g. "\n\n"); every document follows an end-of-text token.
+  std::string document_delimiter;
+  int threads = 0;  // encoding threads; 0: every core
 };
 
 struct EncodeSummary {
@@ -266,7 +311,12 @@ struct EncodeSummary {
   std::vector<std::string> val_shards;  // empty when val_fraction is 0
 };
 
-// Joins the input files with a newline between files, byte-encodes them and writes the tail
+// --split-on's text with the escapes \n, \t and \\ turned into newline, tab and backslash.
+std::string unescape_delimiter(const std::string& text);
+
+// Joins the input files with a newline between files and byte-encodes them, or, with a tokenizer,
+// BPE-encodes each document after an end-of-text token (uint32 shards when the vocabulary
+// exceeds 65536); writes the tail
 // val_fraction of the tokens to val_000000.bin and the rest to train_000000.bin, ...; every
 // shard holds at most shard_tokens tokens (so a huge val split continues in val_000001.bin).
 // Stale train_/val_ shards of an earlier run in out_dir are removed so globs see only this run.

@@ -1,6 +1,7 @@
-// `strata data encode`: text files -> byte-level token shards (train_NNNNNN.bin, and the tail
-// of the corpus as val_NNNNNN.bin). The text is held in memory once as bytes; tokens are
-// converted per block while writing, so peak memory is about the corpus size.
+// `strata data encode`: text files -> token shards (train_NNNNNN.bin, and the tail of the corpus
+// as val_NNNNNN.bin), byte by byte (vocabulary 256) or with a GPT-2 BPE tokenizer (documents after
+// end-of-text tokens; bpe_encode.cpp). The text is held in memory once; byte tokens are converted
+// per block while writing, BPE tokens held as int32 (about the text's size again).
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -9,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -41,6 +44,9 @@ void validate(const EncodeOptions& options) {
     errors.push_back("data encode: shard_tokens " + std::to_string(options.shard_tokens) +
                      " is outside [1, 2147483647] (the llm.c header stores an int32 count)");
   }
+  if (!options.document_delimiter.empty() && options.tokenizer.empty())
+    errors.push_back("data encode: --split-on splits documents for a BPE tokenizer's end-of-text tokens; give --tokenizer");
+  if (options.threads < 0) errors.push_back("data encode: --threads must be >= 0 (0: every core)");
   if (errors.size() == 1) throw UserError(errors.front());
   if (!errors.empty()) throw UserErrors(errors);
 }
@@ -99,29 +105,90 @@ void remove_stale_shards(const fs::path& dir, const std::set<std::string>& writt
   }
 }
 
-void write_byte_shard(const std::string& path, const std::string& text, int64_t first, int64_t count) {
-  data_detail::ShardFileWriter writer(path, count, /*wide=*/false);
-  writer.append_bytes(reinterpret_cast<const unsigned char*>(text.data()) + first,
-                      static_cast<size_t>(count));
-  writer.commit();
+// What the shards hold: the text's bytes (vocabulary 256) or the tokens of a BPE tokenizer.
+struct TokenStream {
+  const std::string* bytes = nullptr;
+  const std::vector<int32_t>* ids = nullptr;
+  bool wide = false;
+  int64_t size() const { return ids ? static_cast<int64_t>(ids->size()) : static_cast<int64_t>(bytes->size()); }
+  void write(const std::string& path, int64_t first, int64_t count) const {
+    data_detail::ShardFileWriter writer(path, count, wide);
+    if (ids) {
+      writer.append(ids->data() + first, static_cast<size_t>(count));
+    } else {
+      writer.append_bytes(reinterpret_cast<const unsigned char*>(bytes->data()) + first, static_cast<size_t>(count));
+    }
+    writer.commit();
+  }
+};
+
+// The input files as one text: joined by newlines for the byte tokenizer; for a BPE tokenizer
+// each file (or each part between delimiters) a document of its own, its start in `starts`.
+std::string read_inputs(const EncodeOptions& options, std::vector<size_t>& starts) {
+  std::string text;
+  const std::string& delimiter = options.document_delimiter;
+  for (size_t i = 0; i < options.inputs.size(); ++i) {
+    if (options.tokenizer.empty() || delimiter.empty()) {
+      if (options.tokenizer.empty() && i > 0) text.push_back('\n');
+      const size_t file_start = text.size();
+      append_file(options.inputs[i], text);
+      if (!options.tokenizer.empty() && text.size() > file_start) starts.push_back(file_start);
+      continue;
+    }
+    std::string file;
+    append_file(options.inputs[i], file);
+    // The delimiters themselves are dropped: end-of-text tokens join the documents instead.
+    for (size_t doc = 0; doc < file.size();) {
+      const size_t at = std::min(file.find(delimiter, doc), file.size());
+      if (at > doc) {
+        starts.push_back(text.size());
+        text.append(file, doc, at - doc);
+      }
+      doc = at == file.size() ? at : at + delimiter.size();
+    }
+  }
+  return text;
 }
 
 }  // namespace
 
+std::string unescape_delimiter(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    if (text[i] == '\\' && (next == 'n' || next == 't' || next == '\\')) {
+      out.push_back(next == 'n' ? '\n' : next == 't' ? '\t' : '\\');
+      ++i;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
 EncodeSummary encode_text_files(const EncodeOptions& options) {
   validate(options);
-  std::string text;
-  for (size_t i = 0; i < options.inputs.size(); ++i) {
-    if (i > 0) text.push_back('\n');
-    append_file(options.inputs[i], text);
+  std::optional<BpeTokenizer> tokenizer;
+  if (!options.tokenizer.empty()) tokenizer = BpeTokenizer::load(options.tokenizer, "data encode: --tokenizer");
+  if (tokenizer && tokenizer->end_of_text() < 0)
+    throw UserError("data encode: --tokenizer " + tokenizer->source() +
+                    ": its vocabulary has no <|endoftext|> token to separate the documents");
+  std::vector<size_t> starts;
+  const std::string text = read_inputs(options, starts);
+  if (text.empty()) throw UserError("data encode: the input files are empty: there is nothing to encode");
+  std::vector<int32_t> ids;
+  TokenStream stream{&text, nullptr, false};
+  if (tokenizer) {
+    const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    ids = bpe_encode_documents(*tokenizer, text, starts, threads);
+    stream = TokenStream{nullptr, &ids, tokenizer->vocab_size() > 65536};
   }
-  const auto total = static_cast<int64_t>(text.size());
-  if (total == 0) throw UserError("data encode: the input files are empty: there is nothing to encode");
+  const int64_t total = stream.size();
 
   int64_t val_tokens = 0;
   if (options.val_fraction > 0) {
     if (total < 2) {
-      throw UserError("data encode: 1 byte of input cannot be split into train and val (add text "
+      throw UserError("data encode: 1 token of input cannot be split into train and val (add text "
                       "or set the val fraction to 0)");
     }
     // At least one token on each side, so neither split is silently empty.
@@ -139,7 +206,7 @@ EncodeSummary encode_text_files(const EncodeOptions& options) {
   }
 
   EncodeSummary summary;
-  summary.input_bytes = total;
+  summary.input_bytes = static_cast<int64_t>(text.size());
   summary.train_tokens = train_tokens;
   summary.val_tokens = val_tokens;
   std::set<std::string> written;
@@ -152,7 +219,7 @@ EncodeSummary encode_text_files(const EncodeOptions& options) {
       const int64_t count = std::min(options.shard_tokens, tokens - first);
       const std::string name = shard_name(prefix, s);
       const std::string path = (dir / name).string();
-      write_byte_shard(path, text, first_token + first, count);
+      stream.write(path, first_token + first, count);
       written.insert(name);
       paths.push_back(path);
       log_info("data encode: wrote {} ({} tokens, {} shard {}/{})", path, count, prefix, s + 1,
@@ -163,10 +230,11 @@ EncodeSummary encode_text_files(const EncodeOptions& options) {
   summary.train_shards = write_split("train", 0, train_tokens);
   summary.val_shards = write_split("val", train_tokens, val_tokens);
   remove_stale_shards(dir, written);
-  log_info("data encode: {} bytes -> {} train tokens in {} shard(s), {} val tokens in {} shard(s) "
-           "(byte tokenizer, vocab {})",
-           total, train_tokens, summary.train_shards.size(), val_tokens, summary.val_shards.size(),
-           kByteVocabSize);
+  log_info("data encode: {} bytes -> {} train tokens in {} shard(s), {} val tokens in {} shard(s) ({})",
+           text.size(), train_tokens, summary.train_shards.size(), val_tokens, summary.val_shards.size(),
+           tokenizer ? fmt::format("{} document(s), GPT-2 BPE from {}, vocab {}, {} tokens", starts.size(),
+                                   tokenizer->source(), tokenizer->vocab_size(), stream.wide ? "uint32" : "uint16")
+                     : fmt::format("byte tokenizer, vocab {}", kByteVocabSize));
   return summary;
 }
 

@@ -1,6 +1,7 @@
 // Evaluation on the validation split and samples from the model being trained.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "train/train_internal.h"
 
@@ -38,12 +39,20 @@ std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, in
   return loss_sum / static_cast<double>(total);
 }
 
-std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, const std::string& prompt, int count, Rng& rng,
+std::vector<int32_t> sample_start(const Config& cfg, const BpeTokenizer* tokenizer) {
+  const std::string& prompt = cfg.logging.sample_prompt;
+  if (tokenizer != nullptr) {
+    if (!prompt.empty()) return tokenizer->encode(prompt);
+    return {tokenizer->end_of_text() >= 0 ? tokenizer->end_of_text() : cfg.model.vocab_size - 1};
+  }
+  if (cfg.model.vocab_size <= kByteVocabSize) return byte_encode(prompt.empty() ? "\n" : prompt);
+  return {cfg.model.vocab_size - 1};
+}
+
+std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, std::vector<int32_t> start, int count, Rng& rng,
                                                   const StopCheck& stop) {
   const GptDims& dims = engine.model().dims();
-  std::vector<int32_t> tokens = !prompt.empty()                    ? byte_encode(prompt)
-                                : dims.vocab_size <= kByteVocabSize ? byte_encode("\n")
-                                                                    : std::vector<int32_t>{dims.vocab_size - 1};
+  std::vector<int32_t> tokens = std::move(start);
   const size_t prompt_length = tokens.size();  // the prompt, or the start token
   std::vector<double> probs(static_cast<size_t>(dims.vocab_size));
   for (int i = 0; i < count; ++i) {

@@ -155,11 +155,14 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads) {
         "(this model has {}); set logging.sample_interval: 0",
         cfg.model.vocab_size));
   }
-  // A text prompt is encoded byte by byte: in a larger vocabulary its ids would mean other tokens.
-  if (cfg.logging.sample_interval > 0 && !cfg.logging.sample_prompt.empty() && cfg.model.vocab_size > kByteVocabSize) {
-    throw UserError(fmt::format("logging.sample_prompt: a text prompt needs a byte-level vocabulary (model.vocab_size "
-                                "256), not {}: strata encodes text byte by byte (a GPT-2 BPE tokenizer is not "
-                                "supported yet); leave the prompt empty to sample token ids from the end-of-text id",
+  // Without a tokenizer a text prompt is encoded byte by byte: in a larger vocabulary its ids would
+  // mean other tokens.
+  if (cfg.logging.sample_interval > 0 && !cfg.logging.sample_prompt.empty() && cfg.model.vocab_size > kByteVocabSize &&
+      cfg.data.tokenizer.empty()) {
+    throw UserError(fmt::format("logging.sample_prompt: a text prompt in a vocabulary of {} needs data.tokenizer to "
+                                "encode it (a GPT-2 BPE tokenizer.json, vocab.json + merges.txt, or tiktoken file); "
+                                "without one strata encodes text byte by byte, which only model.vocab_size 256 "
+                                "reads. Or leave the prompt empty to sample token ids from the end-of-text id",
                                 cfg.model.vocab_size));
   }
 }

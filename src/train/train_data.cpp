@@ -1,5 +1,6 @@
 // data.train as the trainer reads it: each source's shards opened and validated, a sampler per
-// source, and the lines that describe a blend (the start-up banner and `strata config`).
+// source, and the lines that describe a blend (the start-up banner and `strata config`); and
+// data.tokenizer, checked against the model's vocabulary.
 #include <fmt/core.h>
 
 #include <cstdio>
@@ -50,6 +51,18 @@ std::vector<std::string> describe_blend(const TrainSequences& data, const std::v
                                 static_cast<double>(taken) / s.sampler.num_sequences(), iters));
   }
   return lines;
+}
+
+std::optional<BpeTokenizer> open_tokenizer(const Config& cfg) {
+  if (cfg.data.tokenizer.empty()) return std::nullopt;
+  BpeTokenizer tokenizer = BpeTokenizer::load(cfg.data.tokenizer, "data.tokenizer");
+  if (tokenizer.vocab_size() > cfg.model.vocab_size) {
+    throw UserError(fmt::format("data.tokenizer: {} has {} token ids, more than model.vocab_size {}: its ids would "
+                                "index past the embedding (set model.vocab_size to at least {})",
+                                tokenizer.source(), tokenizer.vocab_size(), cfg.model.vocab_size,
+                                tokenizer.vocab_size()));
+  }
+  return tokenizer;
 }
 
 void print_blend_report(const Config& cfg) {

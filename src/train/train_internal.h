@@ -119,12 +119,17 @@ using StopCheck = std::function<bool()>;
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop);
-// Continues `prompt` (byte-level text) by `count` tokens sampled at temperature 1 and returns
-// those `count` tokens. An empty prompt starts from a newline byte in a byte-level vocabulary (256 ids) and from
-// the last id (GPT-2's end of text) in a larger one, where a text prompt cannot be encoded (the
-// config refuses one). Under TP every rank of the group calls it (the logits' slices are
-// gathered) and gets the same tokens. nullopt when `stop` interrupted it.
-std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, const std::string& prompt, int count, Rng& rng,
+// The tokens a sample continues: logging.sample_prompt encoded with data.tokenizer, or byte by
+// byte in a byte-level vocabulary (256 ids). Without a prompt: the tokenizer's end of text, a
+// newline byte, or the last id (GPT-2's end of text) of a larger vocabulary without a tokenizer
+// (where the config refuses a text prompt).
+std::vector<int32_t> sample_start(const Config& cfg, const BpeTokenizer* tokenizer);
+// Continues `start` by `count` tokens sampled at temperature 1 and returns those `count` tokens.
+// Under TP every rank of the group calls it (the logits' slices are gathered) and gets the same
+// tokens. nullopt when `stop` interrupted it.
+std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, std::vector<int32_t> start, int count, Rng& rng,
                                                   const StopCheck& stop);
+// data.tokenizer loaded and checked against the model's vocabulary; nullopt when none is set.
+std::optional<BpeTokenizer> open_tokenizer(const Config& cfg);
 
 }  // namespace strata

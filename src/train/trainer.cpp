@@ -142,15 +142,20 @@ bool Trainer::sample(int64_t step) {
   // An interrupted sample has drawn from the RNG: the checkpoint must hold the draws of the
   // finished samples only, so that a resumed run samples as an uninterrupted one.
   const RngState before = sample_rng_.state();
-  const std::optional<std::vector<int32_t>> tokens = sample_tokens(
-      engine_, cfg_.logging.sample_prompt, cfg_.logging.sample_tokens, sample_rng_, [this] { return agree_to_stop(); });
+  const BpeTokenizer* tokenizer = setup_->tokenizer ? &*setup_->tokenizer : nullptr;
+  const std::optional<std::vector<int32_t>> tokens =
+      sample_tokens(engine_, sample_start(cfg_, tokenizer), cfg_.logging.sample_tokens, sample_rng_,
+                    [this] { return agree_to_stop(); });
   if (!tokens) {
     sample_rng_.restore(before);
     return false;
   }
-  if (cfg_.model.vocab_size <= kByteVocabSize) {
-    // Without a prompt the sample starts after a newline, which the text shows.
-    const std::string text = (cfg_.logging.sample_prompt.empty() ? "\n" : "") + byte_decode(tokens->data(), tokens->size());
+  if (tokenizer != nullptr || cfg_.model.vocab_size <= kByteVocabSize) {
+    // Without a prompt a byte-level sample starts after a newline, which the text shows (a
+    // tokenizer's starts after the end-of-text token, which shows nothing).
+    const std::string text =
+        tokenizer != nullptr ? tokenizer->decode(tokens->data(), tokens->size())
+                             : (cfg_.logging.sample_prompt.empty() ? "\n" : "") + byte_decode(tokens->data(), tokens->size());
     log_info("sample at step {}:\n{}{}\n---", step, cfg_.logging.sample_prompt, text);
     metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", text}});
     return true;

@@ -41,7 +41,8 @@ inline std::string precision_text(DType precision) {
 struct RankSetup {
   RankSetup(const Config& cfg, const MpiRuntime& mpi, int vocab_size, int seq_len)
       : device(make_training_device(cfg, mpi)),
-        train(open_train_sequences(cfg, vocab_size, seq_len)) {
+        train(open_train_sequences(cfg, vocab_size, seq_len)),
+        tokenizer(open_tokenizer(cfg)) {
     if (!cfg.data.val.empty()) {
       val_data = TokenDataset::open(cfg.data.val, vocab_size, "data.val");
       GlobalSampler(*val_data, seq_len, false, 0);  // evaluation needs a sequence: say so now, not at the first eval
@@ -52,6 +53,7 @@ struct RankSetup {
   }
   TrainingDevice device;
   TrainSequences train;
+  std::optional<BpeTokenizer> tokenizer;  // data.tokenizer
   std::optional<TokenDataset> val_data;
   MetricsWriter metrics;
   CsvMonitor csv;

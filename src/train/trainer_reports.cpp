@@ -31,6 +31,12 @@ void Trainer::log_banner() {
          describe_blend(train_data_, cfg_.data.train, cfg_.train.iters, cfg_.derived.global_batch))
       log_info("  {}", line);
   }
+  if (setup_->tokenizer) {
+    log_info("tokenizer: GPT-2 BPE from {}, {} ids{} (samples are decoded with it)", setup_->tokenizer->source(),
+             setup_->tokenizer->vocab_size(),
+             setup_->tokenizer->end_of_text() >= 0 ? fmt::format(", end of text {}", setup_->tokenizer->end_of_text())
+                                                   : std::string());
+  }
   log_info("layout: {} rank(s) = DP {} x TP {} x PP {} (rank = (pp*DP + dp)*TP + tp); sequence parallelism {}",
            mpi_.world_size(), cfg_.derived.dp_size, cfg_.derived.tp_size, cfg_.derived.pp_size,
            engine_.tensor_parallel().sequence_parallel() ? "on"

@@ -46,7 +46,7 @@ os_release() {  # os_release ID VERSION_ID PRETTY_NAME
   printf 'ID=%s\nVERSION_ID="%s"\nPRETTY_NAME="%s"\n' "$1" "$2" "$3" >"$WORK/os-release"
 }
 base=(build-essential cmake ninja-build ccache pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev libcli11-dev
-  libfmt-dev catch2 nlohmann-json3-dev libopenblas-dev python3 bible-kjv gnuplot-nox shellcheck)
+  libfmt-dev catch2 nlohmann-json3-dev libopenblas-dev python3 python3-regex bible-kjv gnuplot-nox shellcheck)
 deps() {  # deps CODE: runs install-deps with the stubs, output in $OUT, apt-get calls in $WORK/apt.log
   : >"$WORK/apt.log"
   run_expect "$1" env PATH="$stubs:$PATH" STRATA_OS_RELEASE="$WORK/os-release" STRATA_PYTHON3="$WORK/python3" \
@@ -57,7 +57,7 @@ apt_calls() { cat "$WORK/apt.log"; }
 # Debian 12, everything present (PyTorch from Debian's packages): nothing to do.
 os_release debian 12 "Debian GNU/Linux 12 (bookworm)"
 STUB_INSTALLED="${base[*]} python3-torch python3-numpy" deps 0
-expect_contains "$OUT" "all 18 required packages present (Debian GNU/Linux 12 (bookworm))"
+expect_contains "$OUT" "all 19 required packages present (Debian GNU/Linux 12 (bookworm))"
 [ ! -s "$WORK/apt.log" ] || fail "apt-get ran with everything present: $(apt_calls)"
 grep -q warning <<<"$OUT" && fail "a warning on Debian 12: $OUT"
 
@@ -73,7 +73,7 @@ expect_contains "$(apt_calls)" "apt-get install -y -q --no-install-recommends gn
 os_release ubuntu 24.04 "Ubuntu 24.04.1 LTS"
 STUB_NO_TORCH=0 STUB_INSTALLED="${base[*]}" deps 0
 expect_contains "$OUT" "already imports torch and numpy"
-expect_contains "$OUT" "all 17 required packages present (Ubuntu 24.04.1 LTS)"
+expect_contains "$OUT" "all 18 required packages present (Ubuntu 24.04.1 LTS)"
 STUB_NO_TORCH=0 STUB_UNAVAILABLE="bible-kjv catch2" STUB_INSTALLED="${base[*]/bible-kjv/}" deps 2
 expect_contains "$OUT" "the package sources of Ubuntu 24.04.1 LTS offer no bible-kjv"
 expect_contains "$OUT" "add-apt-repository -y universe"
@@ -84,7 +84,7 @@ grep -q "apt-get install" "$WORK/apt.log" && fail "installed despite unavailable
 # is installed; a package missing for another reason gets no universe hint.
 STUB_UNIVERSE=1 STUB_UNAVAILABLE=python3-torch STUB_UID=1000 STUB_INSTALLED="${base[*]} python3-numpy" deps 0
 expect_contains "$OUT" "warning: the package sources of Ubuntu 24.04.1 LTS offer no python3-torch: the PyTorch reference test (tests/reference) will be reported skipped"
-expect_contains "$OUT" "all 18 required packages present (Ubuntu 24.04.1 LTS)"
+expect_contains "$OUT" "all 19 required packages present (Ubuntu 24.04.1 LTS)"
 [ ! -s "$WORK/apt.log" ] || fail "apt-get ran with only an unoffered optional package missing: $(apt_calls)"
 STUB_UNIVERSE=1 STUB_UNAVAILABLE=python3-torch STUB_INSTALLED="${base[*]/gnuplot-nox/}" deps 0
 expect_contains "$OUT" "offer no python3-torch"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Samples: text in a byte-level vocabulary; token ids (from the last id, GPT-2's end of text) in a
-# larger one, which has no text decoding, and where a text prompt is refused before training; a
-# smaller one cannot sample.
+# larger one without data.tokenizer, where a text prompt is refused before training; text again with
+# a tokenizer, which encodes the prompt (a tokenizer with more ids than the model is refused); a
+# smaller vocabulary cannot sample.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 write_small_config "$WORK/s.yaml" "$WORK/data" "train: {iters: 2, seed: 3}" \
@@ -22,7 +23,27 @@ assert len(tokens) == 12 and all(isinstance(t, int) and 0 <= t < 300 for t in to
 print("samples: text at vocabulary 256, 12 token ids below 300 at vocabulary 300")
 PY
 run_expect 2 "$STRATA" train --config "$WORK/s.yaml" --set model.vocab_size=300
-expect_contains "$OUT" "logging.sample_prompt: a text prompt needs a byte-level vocabulary (model.vocab_size 256), not 300"
+expect_contains "$OUT" "logging.sample_prompt: a text prompt in a vocabulary of 300 needs data.tokenizer to encode it"
+
+# With data.tokenizer (a tiktoken file: the 256 bytes, "th", "he", "the", then <|endoftext|>) the
+# prompt is encoded and the sample decoded with it, in a vocabulary larger than 256.
+python3 - "$WORK/tok.tiktoken" <<'PY'
+import base64, sys
+tokens = [bytes([b]) for b in range(256)] + [b"th", b"he", b"the"]
+open(sys.argv[1], "w").write("".join(f"{base64.b64encode(t).decode()} {i}\n" for i, t in enumerate(tokens)))
+PY
+run_expect 0 "$STRATA" train --config "$WORK/s.yaml" --set model.vocab_size=300 --set data.tokenizer="$WORK/tok.tiktoken" \
+  --set logging.metrics_file="$WORK/bpe.jsonl"
+expect_contains "$OUT" "tokenizer: GPT-2 BPE from $WORK/tok.tiktoken (tiktoken ranks), 260 ids, end of text 259"
+expect_contains "$OUT" "sample at step 2:"
+python3 - "$WORK/bpe.jsonl" <<'PY'
+import json, sys
+sample = [json.loads(l) for l in open(sys.argv[1]) if '"sample"' in l]
+assert len(sample) == 1 and sample[0]["prompt"] == "the" and isinstance(sample[0]["text"], str), sample
+print("sample with data.tokenizer: prompt 'the', text", repr(sample[0]["text"][:40]))
+PY
+run_expect 2 "$STRATA" train --config "$WORK/s.yaml" --set data.tokenizer="$WORK/tok.tiktoken"
+expect_contains "$OUT" "data.tokenizer: $WORK/tok.tiktoken (tiktoken ranks) has 260 token ids, more than model.vocab_size 256"
 run_expect 2 "$STRATA" train --config "$WORK/s.yaml" --set model.vocab_size=200
 expect_contains "$OUT" "logging.sample_interval: samples start from byte-level text, which needs model.vocab_size 256 or more (this model has 200)"
 echo ok
