@@ -5,7 +5,8 @@
 # marks, digits, whitespace runs and contractions, with a vocabulary the reference learns here
 # and writes in the three forms strata reads (vocab.json + merges.txt, tokenizer.json, tiktoken
 # ranks). Each document follows <|endoftext|>; --split-on splits files into documents; the shards
-# are the same bytes for 1 and 3 threads. (Equality with OpenAI's own tokenizer on GPT-2's real
+# are the same bytes for 1 and 3 threads; a model trained on BPE shards and one fine-tuned from its
+# export sample text through data.tokenizer. (Equality with OpenAI's own tokenizer on GPT-2's real
 # vocabulary is tests/reference/test_tokenizer_tiktoken.sh.)
 source "$(dirname "$0")/../lib/common.sh"
 PY="${STRATA_PYTHON3:-python3}"
@@ -102,6 +103,26 @@ run_expect 0 "$STRATA" data encode --tokenizer "$WORK/vocab/tokenizer.json" --in
 cmp <(tail -c +14 "$WORK/random.back") "$WORK/random.bin" || fail "random bytes: decode(encode(x)) differs from x"
 run_expect 2 "$STRATA" data decode --tokenizer "$WORK/vocab" --input "$WORK/none_*.bin"
 expect_contains "$OUT" "data decode: --input: no files match"
+
+# A model trained on BPE shards, exported, and a fresh run initialised from the export
+# (model.init_from) trains, its samples decoded with data.tokenizer and its prompt encoded with it.
+ids=$((eot + 1))
+run_expect 0 "$STRATA" data encode --tokenizer "$WORK/vocab" --input "$WORK/kjv.txt" --out "$WORK/bpe" --shard-tokens 200000
+write_small_config "$WORK/bpe.yaml" "$WORK/bpe" "train: {iters: 2, seed: 3}" \
+  "logging: {sample_interval: 2, sample_tokens: 16, sample_prompt: \"In the beginning\"}"
+run_expect 0 "$STRATA" train --config "$WORK/bpe.yaml" --set model.vocab_size=$ids --set data.tokenizer="$WORK/vocab" \
+  --set checkpoint.dir="$WORK/ck_bpe"
+run_expect 0 "$STRATA" export --checkpoint "$WORK/ck_bpe" --out "$WORK/hf_bpe"
+run_expect 0 "$STRATA" train --config "$WORK/bpe.yaml" --set model.vocab_size=$ids --set data.tokenizer="$WORK/vocab" \
+  --set model.init_from="$WORK/hf_bpe" --set logging.metrics_file="$WORK/fine.jsonl"
+expect_contains "$OUT" "initialised weights from $WORK/hf_bpe"
+expect_contains "$OUT" "sample at step 2:"
+"$PY" - "$WORK/fine.jsonl" <<'PY'
+import json, sys
+sample = [json.loads(l) for l in open(sys.argv[1]) if '"sample"' in l]
+assert len(sample) == 1 and sample[0]["prompt"] == "In the beginning" and isinstance(sample[0]["text"], str), sample
+print("fine-tuned from the export: sample", repr(sample[0]["text"]))
+PY
 
 # Errors: exit 2, naming the option and the file.
 run_expect 2 "$STRATA" data encode --tokenizer "$WORK/none.json" --input "$WORK/d1.txt" --out "$WORK/e"

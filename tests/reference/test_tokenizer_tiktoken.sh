@@ -3,8 +3,9 @@
 # package (the WASM build of OpenAI's Rust implementation, carrying the GPT-2 encoding) is
 # installed into a scratch folder; GPT-2's ranks are read out of it (decode_single_token_bytes)
 # into a tiktoken rank file, and `strata data encode` with that file must give tiktoken's tokens
-# for the King James Bible and a text of mixed scripts, emoji, combining marks, digits, whitespace
-# runs and contractions; `strata data decode` gives back every byte of those, of random bytes and of
+# for the King James Bible, a text of mixed scripts, emoji, combining marks, digits, whitespace
+# runs and contractions, and random bytes and invalid UTF-8 read as text (each bad byte a U+FFFD,
+# as a JavaScript string holds them); `strata data decode` gives back every byte of those, of random bytes and of
 # invalid UTF-8. Nothing fetched is kept. Reported skipped when node or the npm registry
 # is not there.
 source "$(dirname "$0")/../lib/common.sh"
@@ -28,6 +29,13 @@ tabs	and		tabs, spaces:     five, then blank lines
    indented line   
 Mixed'quotes' "double" «guillemets» ‹›, hyphen-ated, under_score, CamelCase, snake_case99, x²+y²=z²
 TEXT
+# Random bytes and invalid UTF-8 as the package can take them: strings, each bad byte a U+FFFD.
+head -c 200000 /dev/urandom >"$WORK/random.txt"
+printf 'ok \xff\xfe caf\xc3\xa9 \xe2\x82 \xed\xa0\x80 \xc0\xaf end' >"$WORK/invalid.txt"
+for name in random invalid; do
+  python3 -c 'import sys; open(sys.argv[2], "w", encoding="utf-8", newline="").write(open(sys.argv[1], "rb").read().decode("utf-8", "replace"))' \
+    "$WORK/$name.txt" "$WORK/${name}_replaced.txt"
+done
 NODE_PATH="$WORK/npm/node_modules" node - "$WORK" <<'JS'
 const fs = require("fs");
 const { get_encoding } = require("tiktoken");
@@ -37,13 +45,13 @@ const lines = [];
 for (let rank = 0; rank < 50256; ++rank)
   lines.push(Buffer.from(enc.decode_single_token_bytes(rank)).toString("base64") + " " + rank);
 fs.writeFileSync(`${work}/gpt2.tiktoken`, lines.join("\n") + "\n");
-for (const name of ["kjv", "mixed"]) {
+for (const name of ["kjv", "mixed", "random_replaced", "invalid_replaced"]) {
   const ids = enc.encode_ordinary(fs.readFileSync(`${work}/${name}.txt`, "utf8"));
   fs.writeFileSync(`${work}/${name}.want`, [50256, ...ids].join("\n") + "\n");
 }
 enc.free();
 JS
-for name in kjv mixed; do
+for name in kjv mixed random_replaced invalid_replaced; do
   run_expect 0 "$STRATA" data encode --tokenizer "$WORK/gpt2.tiktoken" --input "$WORK/$name.txt" --out "$WORK/$name" \
     --val-fraction 0
   python3 - "$WORK/$name/train_000000.bin" >"$WORK/$name.got" <<'PY'
@@ -56,10 +64,8 @@ PY
   echo "$name: $(wc -l <"$WORK/$name.got") tokens, equal to tiktoken's (GPT-2)"
 done
 
-# decode(encode(x)) = x with GPT-2's vocabulary, for the texts above, random bytes and invalid UTF-8
-# (the decoded text starts with the leading end-of-text token's 13 bytes).
-head -c 200000 /dev/urandom >"$WORK/random.txt"
-printf 'ok \xff\xfe caf\xc3\xa9 \xe2\x82 \xed\xa0\x80 \xc0\xaf end' >"$WORK/invalid.txt"
+# decode(encode(x)) = x with GPT-2's vocabulary, for the texts above and the random bytes and
+# invalid UTF-8 as they are (the decoded text starts with the leading end-of-text token's 13 bytes).
 for name in kjv mixed random invalid; do
   run_expect 0 "$STRATA" data encode --tokenizer "$WORK/gpt2.tiktoken" --input "$WORK/$name.txt" --out "$WORK/rt_$name" \
     --val-fraction 0
