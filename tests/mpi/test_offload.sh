@@ -236,20 +236,17 @@ static int refuse_direct(const char* name, const char* path, int flags, va_list 
   const int mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, int) : 0;
   return real(path, flags, mode);
 }
-int open(const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  const int fd = refuse_direct("open", path, flags, ap);
-  va_end(ap);
-  return fd;
-}
-int open64(const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  const int fd = refuse_direct("open64", path, flags, ap);
-  va_end(ap);
-  return fd;
-}
+/* open and open64 (the name glibc's headers give open with large-file support) alike. */
+#define REFUSE_DIRECT(fn)                                   \
+  int fn(const char* path, int flags, ...) {                \
+    va_list ap;                                             \
+    va_start(ap, flags);                                    \
+    const int fd = refuse_direct(#fn, path, flags, ap);     \
+    va_end(ap);                                             \
+    return fd;                                              \
+  }
+REFUSE_DIRECT(open)
+REFUSE_DIRECT(open64)
 C
 cc -shared -fPIC -o "$WORK/no_direct.so" "$WORK/no_direct.c" -ldl
 run_expect 2 env LD_PRELOAD="$WORK/no_direct.so" "$STRATA" train --config "$WORK/bad.yaml" \

@@ -27,16 +27,18 @@ void require_device(const char* op, std::initializer_list<const Tensor*> tensors
   }
 }
 
-ElemType elem_type_of(const Tensor& t, const char* op, const char* what) {
-  switch (t.dtype) {
+ElemType elem_type_of(DType dtype, const char* op, const char* what) {
+  switch (dtype) {
     case DType::F32: return ElemType::F32;
     case DType::BF16: return ElemType::BF16;
     case DType::F16: return ElemType::F16;
     default:
       throw std::invalid_argument(std::string(op) + ": " + what + " must be a float tensor, got " +
-                                  dtype_name(t.dtype));
+                                  dtype_name(dtype));
   }
 }
+
+ElemType elem_type_of(const Tensor& t, const char* op, const char* what) { return elem_type_of(t.dtype, op, what); }
 
 ElemType common_elem_type(const char* op, std::initializer_list<const Tensor*> tensors) {
   const Tensor* first = *tensors.begin();

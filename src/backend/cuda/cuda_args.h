@@ -14,6 +14,7 @@ namespace strata::cuda {
 // Every defined tensor lives in device memory.
 void require_device(const char* op, std::initializer_list<const Tensor*> tensors);
 // The kernels' element type for a float dtype; throws for integer dtypes.
+ElemType elem_type_of(DType dtype, const char* op, const char* what);
 ElemType elem_type_of(const Tensor& t, const char* op, const char* what);
 // Every defined tensor has the dtype of the first; returns its element type.
 ElemType common_elem_type(const char* op, std::initializer_list<const Tensor*> tensors);

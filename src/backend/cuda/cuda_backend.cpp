@@ -89,7 +89,7 @@ void CudaBackend::set_attention_probabilities(AttentionProbabilities probabiliti
 
 std::string CudaBackend::attention_numerics(DType dtype, int64_t head_size) const {
   // The tensors the model passes are 256-byte aligned allocations: alignment does not decide.
-  const ElemType type = dtype == DType::BF16 ? ElemType::BF16 : dtype == DType::F16 ? ElemType::F16 : ElemType::F32;
+  const ElemType type = elem_type_of(dtype, "attention_numerics", "the activations");
   if (!attention_uses_tensor_cores(type, head_size, /*aligned=*/true)) return Backend::attention_numerics(dtype, head_size);
   if (dtype == DType::F16) return "fp16 tensor cores, probabilities rounded to fp16 once";
   return attention_bf16_operands_ == AttentionBf16Operands::Rounded
