@@ -59,6 +59,7 @@ for text in kjv mixed; do
     run_expect 0 "$STRATA" data encode --tokenizer "$WORK/$form" --input "$WORK/$text.txt" --out "$out" \
       --val-fraction 0
     expect_contains "$OUT" "1 document(s), GPT-2 BPE from"
+    expect_contains "$OUT" "MB/s, "  # the encoding's closing progress line
     shard_tokens "$out/train_000000.bin" >"$WORK/got"
     cmp -s "$WORK/got" "$WORK/$text.$mode" || {
       diff "$WORK/got" "$WORK/$text.$mode" | head -n 10
@@ -130,6 +131,14 @@ expect_contains "$OUT" "data encode: --tokenizer: $WORK/none.json: does not exis
 head -n 3 "$WORK/vocab/ranks.tiktoken" >"$WORK/short.tiktoken"
 run_expect 2 "$STRATA" data encode --tokenizer "$WORK/short.tiktoken" --input "$WORK/d1.txt" --out "$WORK/e"
 expect_contains "$OUT" "not a byte-level BPE vocabulary: byte 3 has no token"
+python3 - "$WORK/vocab/tokenizer.json" "$WORK/no_eot.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+t["added_tokens"] = []
+json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
+PY
+run_expect 2 "$STRATA" data encode --tokenizer "$WORK/no_eot.json" --input "$WORK/d1.txt" --out "$WORK/e"
+expect_contains "$OUT" "its vocabulary has no <|endoftext|> token to separate the documents"
 run_expect 2 "$STRATA" data encode --input "$WORK/d1.txt" --out "$WORK/e" --split-on x
 expect_contains "$OUT" "--split-on splits documents for a BPE tokenizer's end-of-text tokens; give --tokenizer"
 echo ok
