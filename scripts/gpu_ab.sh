@@ -51,7 +51,7 @@ for shape in "${shapes[@]}"; do
   done
   for side in base new; do
     echo "== bench_kernels $name, $side" >>"$summary"
-    grep -E '^(attention|cross_entropy|layernorm|TOTAL)' "$logs/bench_${name}_$side.log" >>"$summary" 2>/dev/null
+    grep -E '^(attention|softmax_cross_entropy|vocab_parallel|layernorm|TOTAL)' "$logs/bench_${name}_$side.log" >>"$summary" 2>/dev/null
   done
 done
 
