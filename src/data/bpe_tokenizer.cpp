@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -28,6 +29,8 @@ struct BpeTokenizer::Tables {
     int32_t id;
   };
   std::string source;
+  // Tells the tables apart in the per-thread piece caches (an address can be reused).
+  uint64_t serial = next_serial();
   std::vector<std::string> bytes_of;              // id -> its bytes ("" for an unused id)
   std::unordered_map<std::string, int32_t> id_of;  // the bytes of every mergeable token -> id
   std::array<int32_t, 256> byte_id{};
@@ -37,6 +40,10 @@ struct BpeTokenizer::Tables {
   // file, and HuggingFace's with ignore_merges. Merges alone can end elsewhere.
   bool whole_piece_first = false;
 
+  static uint64_t next_serial() {
+    static std::atomic<uint64_t> counter{0};
+    return ++counter;
+  }
   const Merge* merge(int32_t a, int32_t b) const {
     const auto it = merges.find((static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b));
     return it == merges.end() ? nullptr : &it->second;
@@ -288,11 +295,11 @@ BpeTokenizer BpeTokenizer::load(const std::string& path, const std::string& key)
 void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
   const Tables& t = *tables_;
   // Pieces repeat (words); each thread remembers the recent ones of this vocabulary.
-  thread_local const Tables* cache_owner = nullptr;
+  thread_local uint64_t cache_owner = 0;
   thread_local std::unordered_map<std::string, std::vector<int32_t>> cache;
-  if (cache_owner != &t || cache.size() > (1u << 16)) {
+  if (cache_owner != t.serial || cache.size() > (1u << 16)) {
     cache.clear();
-    cache_owner = &t;
+    cache_owner = t.serial;
   }
   std::string key;
   bpe_detail::pretokenize(text, [&](size_t offset, size_t length) {

@@ -207,3 +207,15 @@ TEST_CASE("bpe: data encode writes uint32 shards for a vocabulary over 65536") {
   d.read(0, 8, tokens.data());
   CHECK(tokens == std::vector<int32_t>{70001, 70000, ' ', 'h', 'e', 'l', 'l', 'o'});
 }
+
+TEST_CASE("bpe: a tokenizer never sees another's cached pieces, even at a reused address") {
+  const TempDir dir;
+  for (int round = 0; round < 4; ++round) {
+    {
+      const BpeTokenizer merging = BpeTokenizer::load(write_ranks(dir, {{"ab", 256}}), "test");
+      CHECK(merging.encode("xab ab") == std::vector<int32_t>{'x', 256, ' ', 256});
+    }
+    const BpeTokenizer plain = BpeTokenizer::load(write_ranks(dir, {{"zz", 256}}), "test");
+    CHECK(plain.encode("xab ab") == std::vector<int32_t>{'x', 'a', 'b', ' ', 'a', 'b'});
+  }
+}
