@@ -62,8 +62,8 @@ class Progress {
 
 }  // namespace
 
-std::vector<int32_t> bpe_encode_documents(const BpeTokenizer& tokenizer, std::string_view text,
-                                          const std::vector<size_t>& document_starts, int threads) {
+std::vector<std::vector<int32_t>> bpe_encode_documents(const BpeTokenizer& tokenizer, std::string_view text,
+                                                       const std::vector<size_t>& document_starts, int threads) {
   std::vector<std::string_view> chunks;
   std::vector<bool> opens_document;
   for (size_t d = 0; d < document_starts.size(); ++d) {
@@ -94,15 +94,7 @@ std::vector<int32_t> bpe_encode_documents(const BpeTokenizer& tokenizer, std::st
   }
   for (auto& t : pool) t.join();
   progress.report_if_due(true);
-  size_t total = 0;
-  for (const auto& e : encoded) total += e.size();
-  std::vector<int32_t> tokens;
-  tokens.reserve(total);
-  for (auto& e : encoded) {
-    tokens.insert(tokens.end(), e.begin(), e.end());
-    std::vector<int32_t>().swap(e);
-  }
-  return tokens;
+  return encoded;
 }
 
 int64_t decode_token_shards(const std::string& pattern, const std::string& tokenizer_path, const std::string& out) {

@@ -272,9 +272,10 @@ class BpeTokenizer {
 };
 
 // Encodes each document [document_starts[d], document_starts[d+1]) of text after an end-of-text
-// token, on `threads` threads; the tokens are the same for any thread count.
-std::vector<int32_t> bpe_encode_documents(const BpeTokenizer& tokenizer, std::string_view text,
-                                          const std::vector<size_t>& document_starts, int threads);
+// token, on `threads` threads; the tokens are the same for any thread count. They come in order,
+// in pieces (one per chunk of text encoded), never joined into one more copy of them all.
+std::vector<std::vector<int32_t>> bpe_encode_documents(const BpeTokenizer& tokenizer, std::string_view text,
+                                                       const std::vector<size_t>& document_starts, int threads);
 
 // `strata data decode`: the tokens of the shards matched by `pattern` (in file-name order) as
 // text, decoded with the tokenizer at `tokenizer_path`, into `out` (a file; "-" or empty: stdout).

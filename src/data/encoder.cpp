@@ -105,18 +105,30 @@ void remove_stale_shards(const fs::path& dir, const std::set<std::string>& writt
   }
 }
 
-// What the shards hold: the text's bytes (vocabulary 256) or the tokens of a BPE tokenizer.
+// What the shards hold: the text's bytes (vocabulary 256) or the tokens of a BPE tokenizer, in
+// the pieces the encoder produced them in.
 struct TokenStream {
   const std::string* bytes = nullptr;
-  const std::vector<int32_t>* ids = nullptr;
+  const std::vector<std::vector<int32_t>>* pieces = nullptr;
   bool wide = false;
-  int64_t size() const { return ids ? static_cast<int64_t>(ids->size()) : static_cast<int64_t>(bytes->size()); }
+  int64_t size() const {
+    if (!pieces) return static_cast<int64_t>(bytes->size());
+    int64_t total = 0;
+    for (const auto& p : *pieces) total += static_cast<int64_t>(p.size());
+    return total;
+  }
   void write(const std::string& path, int64_t first, int64_t count) const {
     data_detail::ShardFileWriter writer(path, count, wide);
-    if (ids) {
-      writer.append(ids->data() + first, static_cast<size_t>(count));
-    } else {
+    if (!pieces) {
       writer.append_bytes(reinterpret_cast<const unsigned char*>(bytes->data()) + first, static_cast<size_t>(count));
+    } else {
+      int64_t start = 0;  // of the piece below
+      for (const auto& p : *pieces) {
+        const int64_t n = static_cast<int64_t>(p.size());
+        const int64_t from = std::max(first, start), to = std::min(first + count, start + n);
+        if (from < to) writer.append(p.data() + (from - start), static_cast<size_t>(to - from));
+        start += n;
+      }
     }
     writer.commit();
   }
@@ -176,7 +188,7 @@ EncodeSummary encode_text_files(const EncodeOptions& options) {
   std::vector<size_t> starts;
   const std::string text = read_inputs(options, starts);
   if (text.empty()) throw UserError("data encode: the input files are empty: there is nothing to encode");
-  std::vector<int32_t> ids;
+  std::vector<std::vector<int32_t>> ids;
   TokenStream stream{&text, nullptr, false};
   if (tokenizer) {
     const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
