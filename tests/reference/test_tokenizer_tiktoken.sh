@@ -27,6 +27,9 @@ tabs	and		tabs, spaces:     five, then blank lines
 
 
    indented line   
+                                                            sixty spaces, then tabs and newlines							
+			
+ 
 Mixed'quotes' "double" «guillemets» ‹›, hyphen-ated, under_score, CamelCase, snake_case99, x²+y²=z²
 TEXT
 # Random bytes and invalid UTF-8 as the package can take them: strings, each bad byte a U+FFFD.
