@@ -1,8 +1,8 @@
 // `strata data encode --tokenizer`: documents -> GPT-2 BPE tokens, each document after an
-// end-of-text token as llm.c's data scripts lay them out (and `strata data decode`, back). Documents are cut into chunks at
-// places where GPT-2's pattern splits the same way whatever follows (after a newline between two
-// ASCII non-space characters), and the chunks are encoded on several threads; the tokens are
-// joined in input order, so the output does not depend on the thread count.
+// end-of-text token as llm.c's data scripts lay them out (and `strata data decode`, back).
+// Documents are cut into chunks at places where GPT-2's pattern splits the same way whatever
+// follows (after a newline between two ASCII non-space characters), and the chunks are encoded on
+// several threads; the tokens stay in input order, so the output does not depend on the thread count.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>

@@ -35,10 +35,9 @@ TrainSequences open_train_sequences(const Config& cfg, int vocab_size, int seq_l
   return TrainSequences(std::move(sources));
 }
 
-std::vector<std::string> describe_blend(const TrainSequences& data, const std::vector<DataSource>& sources,
-                                        int64_t iters, int64_t global_batch) {
+std::vector<std::string> describe_blend(const TrainSequences& data, int64_t iters, int64_t global_batch) {
   double total_weight = 0;
-  for (const DataSource& s : sources) total_weight += s.weight;
+  for (const TrainSequences::Source& s : data.sources()) total_weight += s.weight;
   const int64_t run_sequences = iters * global_batch;
   std::vector<std::string> lines;
   for (size_t i = 0; i < data.sources().size(); ++i) {
@@ -46,8 +45,8 @@ std::vector<std::string> describe_blend(const TrainSequences& data, const std::v
     const int64_t taken = data.count_before(static_cast<int>(i), run_sequences);
     lines.push_back(fmt::format("{} '{}': {} tokens in {} shard(s), weight {} ({:.2f}% of the sequences), {:.3g} "
                                 "epochs in {} steps",
-                                source_key(i, sources.size()), s.dataset.pattern(), s.dataset.num_tokens(),
-                                s.dataset.shards().size(), sources[i].weight, 100 * sources[i].weight / total_weight,
+                                s.dataset.key(), s.dataset.pattern(), s.dataset.num_tokens(), s.dataset.shards().size(),
+                                s.weight, 100 * s.weight / total_weight,
                                 static_cast<double>(taken) / s.sampler.num_sequences(), iters));
   }
   return lines;
@@ -70,7 +69,7 @@ void print_blend_report(const Config& cfg) {
   std::printf("# data.train blends %zu sources:\n", cfg.data.train.size());
   try {
     const TrainSequences data = open_train_sequences(cfg, cfg.model.vocab_size, cfg.model.seq_len);
-    for (const std::string& line : describe_blend(data, cfg.data.train, cfg.train.iters, cfg.derived.global_batch))
+    for (const std::string& line : describe_blend(data, cfg.train.iters, cfg.derived.global_batch))
       std::printf("#   %s\n", line.c_str());
   } catch (const UserError& e) {
     // The config is valid; the data is not there (yet) or not usable: say so, still exit 0.

@@ -51,8 +51,7 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads);
 TrainSequences open_train_sequences(const Config& cfg, int vocab_size, int seq_len);
 // One line per source of a blend: its glob, tokens, shards, weight, share of the sequences and
 // the epochs of it that `iters` steps of `global_batch` sequences read.
-std::vector<std::string> describe_blend(const TrainSequences& data, const std::vector<DataSource>& sources,
-                                        int64_t iters, int64_t global_batch);
+std::vector<std::string> describe_blend(const TrainSequences& data, int64_t iters, int64_t global_batch);
 
 // Bytes one rank will allocate, estimated from the config before anything is allocated
 // (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline

@@ -28,7 +28,7 @@ void Trainer::log_banner() {
     log_info("data: a blend of {} sources, {} tokens{}", train_data_.sources().size(), train_data_.num_tokens(),
              val_text);
     for (const std::string& line :
-         describe_blend(train_data_, cfg_.data.train, cfg_.train.iters, cfg_.derived.global_batch))
+         describe_blend(train_data_, cfg_.train.iters, cfg_.derived.global_batch))
       log_info("  {}", line);
   }
   if (setup_->tokenizer) {

@@ -256,9 +256,8 @@ nlohmann::json Trainer::data_order() const {
       {"tokens", train_data_.num_tokens()}, {"shuffle", cfg_.data.shuffle}, {"seed", cfg_.train.seed}};
   if (train_data_.blended()) {
     nlohmann::json sources = nlohmann::json::array();
-    for (size_t i = 0; i < train_data_.sources().size(); ++i)
-      sources.push_back({{"tokens", train_data_.sources()[i].dataset.num_tokens()},
-                         {"weight", cfg_.data.train[i].weight}});
+    for (const TrainSequences::Source& s : train_data_.sources())
+      sources.push_back({{"tokens", s.dataset.num_tokens()}, {"weight", s.weight}});
     order["sources"] = sources;
   }
   return order;
