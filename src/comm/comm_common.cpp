@@ -40,6 +40,10 @@ CommHandle Comm::p2p_group_async(const std::vector<Message>& sends, const std::v
   return std::make_unique<GroupRequest>(std::move(parts));
 }
 
+CommHandle Comm::all_gather_from_host_async(Tensor host_input, Tensor output) {
+  return all_gather_async(host_input, output);
+}
+
 const char* comm_backend_name(CommBackendKind kind) { return kind == CommBackendKind::Nccl ? "nccl" : "mpi"; }
 
 bool nccl_built() {

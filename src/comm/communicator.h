@@ -86,6 +86,13 @@ class Comm {
   // input (n): output (size × n) = concatenation of every rank's input in rank order.
   // input may be block `rank()` of output (in place).
   virtual CommHandle all_gather_async(Tensor input, Tensor output) = 0;
+  // all_gather_async with the input in host memory and the output on the device (ZeRO-3
+  // parameters offloaded to the host). The input is carried to the device in the
+  // communicator's own order (NCCL: into block rank() of output on its stream, then gathered in
+  // place), so the upload overlaps the producer's work instead of queueing behind it. The input
+  // must not change until the handle completes. The default hands the host input to
+  // all_gather_async, which MPI communicators read straight from host memory.
+  virtual CommHandle all_gather_from_host_async(Tensor host_input, Tensor output);
   virtual CommHandle broadcast_async(Tensor data, int root) = 0;
   // tag: 0..32767. Messages between two ranks with the same tag arrive in order (NCCL has
   // no tags: there, messages between two ranks match in the order they are posted).

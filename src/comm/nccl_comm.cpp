@@ -159,6 +159,22 @@ class NcclComm final : public Comm {
     return handle("all_gather", output.bytes());
   }
 
+  CommHandle all_gather_from_host_async(Tensor host_input, Tensor output) override {
+    check_tensor(name(), "all_gather", host_input, Device::CPU);
+    check_tensor(name(), "all_gather", output, Device::CUDA);
+    check_same_dtype(name(), "all_gather", host_input, output);
+    check_blocked(name(), "all_gather", output, host_input, size_, rank_);
+    record("all_gather", static_cast<int64_t>(output.bytes()));
+    // The output may still be read by the producer's earlier work (the slot's last group), so
+    // the upload waits for it as the gather would; it then runs on this stream, beside the
+    // producer's later work.
+    after_producer();
+    char* block = static_cast<char*>(output.data) + static_cast<size_t>(rank_) * host_input.bytes();
+    CUDA_CHECK(cudaMemcpyAsync(block, host_input.data, host_input.bytes(), cudaMemcpyHostToDevice, stream_));
+    NCCL_CHECK(ncclAllGather(block, output.data, host_input.bytes(), ncclUint8, nccl_, stream_));
+    return handle("all_gather", output.bytes());
+  }
+
   CommHandle broadcast_async(Tensor data, int root) override {
     check_tensor(name(), "broadcast", data, Device::CUDA);
     check_peer(name(), "broadcast", root, size_, rank_, true);

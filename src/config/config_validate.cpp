@@ -185,6 +185,18 @@ void check_offload(const Config& c, Problems& p) {
           fmt::format("{} needs ZeRO stage 1, 2 or 3 (the optimizer state offloaded is each rank's shard of it); set "
                       "zero_optimization.stage",
                       to_string(z.offload_optimizer.device)));
+  const OffloadDevice param = z.offload_param.device;
+  if (param != OffloadDevice::Cpu) return;  // nvme: refused as not supported yet, on its own
+  const std::string at = "zero_optimization.offload_param.device";
+  if (z.stage != 3) {
+    p.add(at, fmt::format("{} needs ZeRO stage 3 (the parameters offloaded are each rank's shard of them); set "
+                          "zero_optimization.stage: 3",
+                          to_string(param)));
+  } else if (z.offload_optimizer.device == OffloadDevice::None) {
+    p.add(at, fmt::format("{} needs offload_optimizer.device cpu or nvme: the host AdamW updates the offloaded "
+                          "parameters from the fp32 master it keeps; set zero_optimization.offload_optimizer.device",
+                          to_string(param)));
+  }
 }
 
 std::string preset_names() {
@@ -364,9 +376,10 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
                       "buckets, so a separate all-gather bucket size is not supported yet; remove the key or "
                       "set it equal",
                       *z.allgather_bucket_size, z.reduce_bucket_size));
-  if (z.offload_param.device != OffloadDevice::None)
+  if (z.offload_param.device == OffloadDevice::Nvme)
     p.add("zero_optimization.offload_param.device",
-          fmt::format("offloading to {} is not supported yet; use none", to_string(z.offload_param.device)));
+          "offloading to nvme is not supported yet (parameters in files); use cpu (parameters in host memory) or "
+          "none");
   const ActivationCheckpointingConfig& a = c.activation_checkpointing;
   if (a.partition_activations && c.parallelism.tensor_model_parallel_size > 1 && !c.parallelism.sequence_parallel)
     p.add("activation_checkpointing.partition_activations",

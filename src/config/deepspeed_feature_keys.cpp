@@ -15,8 +15,8 @@ constexpr DsTreatment kWhenEnabled = DsTreatment::RefusedWhenEnabled;
 constexpr DsTreatment kRefused = DsTreatment::Refused;
 
 const char* const kOffloadOnly =
-    "used only when offloading parameters (offload_param), which strata does not do yet (a device other than none "
-    "is refused); with device none it changes nothing";
+    "used only when offloading parameters to nvme, which strata does not do yet (offload_param.device nvme is "
+    "refused); with device none or cpu it changes nothing";
 const char* const kAlwaysOverlapped =
     "strata always reads the next pieces of nvme-offloaded state ahead of the update and writes them behind it";
 const char* const kNvmeOnly =
@@ -83,11 +83,13 @@ const DeepSpeedKey kListed[] = {
     {"zero_optimization.offload_optimizer.cpuadam_cores_perc", kImplemented, "Share of cores for the CPU Adam.",
      "The share of the rank's cores the host AdamW runs on (default 0.9, at least one thread)"},
     {"zero_optimization.offload_param", kImplemented, "ZeRO-Infinity: stage-3 parameters in host memory or on NVMe.",
-     "device none; cpu and nvme are refused (offloading is not implemented yet)"},
+     "device none, or cpu at stage 3 with offload_optimizer; nvme is refused (not implemented yet)"},
     {"zero_optimization.offload_param.device", kImplemented, "none, cpu or nvme.",
-     "none; cpu and nvme are refused (not implemented yet)"},
+     "none, or cpu: each rank's parameter shard in host memory, carried up as each layer group is gathered "
+     "(stage 3, with offload_optimizer cpu or nvme; a no-op on the CPU backend); nvme is refused (not implemented "
+     "yet)"},
     {"zero_optimization.offload_param.pin_memory", kImplemented, "Page-locked host buffers.",
-     "Read; it matters only with offloading"},
+     "Page-locks the host parameter shard (offload_param cpu), so that its uploads run beside the compute"},
     {"zero_optimization.offload_param.nvme_path", kAccepted, "Directory of the NVMe swap files.", kOffloadOnly},
     {"zero_optimization.offload_param.buffer_count", kAccepted, "Buffers for parameter swapping.", kOffloadOnly},
     {"zero_optimization.offload_param.buffer_size", kAccepted, "Size of each parameter swap buffer.", kOffloadOnly},
@@ -96,9 +98,9 @@ const DeepSpeedKey kListed[] = {
     {"zero_optimization.cpu_offload", kAtDefault, "DeepSpeed's old spelling of offload_optimizer.device: cpu.",
      "strata reads only the current spelling: use offload_optimizer: {device: cpu}", "false"},
     {"zero_optimization.cpu_offload_params", kAtDefault, "Old spelling of offload_param.device: cpu.",
-     "offloading is not implemented yet", "false"},
+     "strata reads only the current spelling: use offload_param: {device: cpu}", "false"},
     {"zero_optimization.cpu_offload_param", kAtDefault, "Old spelling of offload_param.device: cpu.",
-     "offloading is not implemented yet", "false"},
+     "strata reads only the current spelling: use offload_param: {device: cpu}", "false"},
     {"zero_optimization.cpu_offload_use_pin_memory", kAccepted, "Old spelling of offload_*.pin_memory.",
      "used only with the old cpu_offload spellings, which strata refuses when true; changes nothing"},
     {"zero_optimization.sub_group_size", kAccepted,

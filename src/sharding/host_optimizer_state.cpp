@@ -51,14 +51,20 @@ void HostOptimizerState::up(Tensor working, size_t k) {
   backend_.copy_async(stage(work_stage_[k % 2], work_, pieces_[k].numel()), offload_part(working, pieces_[k]));
 }
 
+void* HostOptimizerState::rounded_target(size_t k) const {
+  if (host_working_) return host_working_ + static_cast<size_t>(pieces_[k].begin) * dtype_size(work_);
+  return work_stage_[k % 2].data();
+}
+
 void HostOptimizerState::update_piece(AdamW& optimizer, size_t k, float* master, float* m, float* v) {
   const FlatRange& p = pieces_[k];
   optimizer.update_piece(p.begin, p.numel(), master, static_cast<const float*>(grad_stage_[k % 2].data()), m, v,
-                         work_stage_[k % 2].data(), work_);
+                         rounded_target(k), work_);
 }
 
 void HostOptimizerState::update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier) {
   optimizer.begin_pieces(lr, grad_multiplier);
+  host_working_ = working.device == Device::CPU ? static_cast<char*>(working.data) : nullptr;
   if (files_) {
     update_files(optimizer, grads, working);
   } else {
@@ -78,15 +84,17 @@ void HostOptimizerState::update_memory(AdamW& optimizer, Tensor grads, Tensor wo
 
 void HostOptimizerState::transfer_pieces(Tensor grads, Tensor working, const std::function<void(size_t)>& update_one) {
   const size_t n = pieces_.size();
+  // A working shard in host memory (parameters offloaded too) is written in place: nothing goes up.
+  const bool upload = !host_working_;
   if (n > 0) down(grads, 0);
   for (size_t k = 0; k < n; ++k) {
     // Piece k's gradient has landed, and piece k - 2's parameters have left its staging buffer.
     backend_.synchronize();
-    if (k > 0) up(working, k - 1);
+    if (k > 0 && upload) up(working, k - 1);
     if (k + 1 < n) down(grads, k + 1);
     update_one(k);
   }
-  if (n > 0) up(working, n - 1);
+  if (n > 0 && upload) up(working, n - 1);
   backend_.synchronize();
 }
 
@@ -102,12 +110,14 @@ float* HostOptimizerState::state(StateKind kind, AdamW& optimizer, bool for_load
 
 void HostOptimizerState::loaded(Tensor working) {
   if (files_) commit_copies();
-  // The master rounded into the working shard, piece by piece through the staging buffers.
+  host_working_ = working.device == Device::CPU ? static_cast<char*>(working.data) : nullptr;
+  // The master rounded into the working shard: in place when it is host memory, else piece by
+  // piece through the staging buffers.
   for (size_t k = 0; k < pieces_.size(); ++k) {
-    if (k >= 2) backend_.synchronize();  // the staging buffer's last upload has left
+    if (k >= 2 && !host_working_) backend_.synchronize();  // the staging buffer's last upload has left
     const FlatRange& p = pieces_[k];
-    convert_elements(master_of(k), DType::F32, work_stage_[k % 2].data(), work_, static_cast<size_t>(p.numel()));
-    up(working, k);
+    convert_elements(master_of(k), DType::F32, rounded_target(k), work_, static_cast<size_t>(p.numel()));
+    if (!host_working_) up(working, k);
   }
   backend_.synchronize();
   release_copies();

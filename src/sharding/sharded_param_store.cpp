@@ -12,16 +12,27 @@ namespace strata {
 ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups,
                                      const FlatPartition& partition, bool overlap, double* comm_wait_seconds,
                                      DType work_dtype, DType comm_dtype, const Stage3Bounds& bounds,
-                                     const Stage3Plan& plan, bool master_on_host)
+                                     const Stage3Plan& plan, const Stage3Offload& offload)
     : backend_(backend), dp_(dp), groups_(groups), units_(partition.units()), overlap_(overlap),
       comm_wait_(comm_wait_seconds), work_dtype_(work_dtype), comm_dtype_(comm_dtype), bounds_(bounds),
-      shard_numel_(partition.shard_numel()), master_on_host_(master_on_host), whole_(units_.size()) {
+      shard_numel_(partition.shard_numel()), offload_(offload), whole_(units_.size()) {
   if (units_.size() != groups_.size()) throw std::logic_error("ShardedParamStore: one partition unit per layer group");
+  if (offload.params_on_host && !offload.master_on_host)
+    throw std::logic_error("ShardedParamStore: parameters offloaded without the optimizer's master");
   const size_t shard_bytes = static_cast<size_t>(shard_numel_) * sizeof(float);
-  if (!mixed() || !master_on_host) params_ = backend_.allocate(shard_bytes);
+  // The shard the gathers read: on the device, or in host memory with the parameters offloaded.
+  auto gathered_shard = [&](size_t bytes) {
+    if (!offload.params_on_host) return backend_.allocate(bytes);
+    return offload.pinned ? backend_.allocate_host(bytes) : allocate_pageable_host(bytes);
+  };
+  if (mixed()) {
+    if (!offload.master_on_host) params_ = backend_.allocate(shard_bytes);
+    work_params_ = gathered_shard(static_cast<size_t>(gathered_shard_bytes()));
+  } else {
+    params_ = gathered_shard(shard_bytes);
+  }
   grads_ = backend_.allocate(shard_bytes);
   recv_ = backend_.allocate(shard_bytes);
-  if (mixed()) work_params_ = backend_.allocate(static_cast<size_t>(shard_numel_) * dtype_size(work_dtype_));
   int64_t widest_layer = 0;
   for (size_t g = 1; g < units_.size(); ++g) widest_layer = std::max(widest_layer, units_[g].padded);
   auto make_pool = [&](std::vector<Slot>& pool, int count, int64_t elements, DType dtype) {
@@ -59,7 +70,7 @@ ShardedParamStore::~ShardedParamStore() {
 }
 
 int64_t ShardedParamStore::persistent_param_bytes() const {
-  int64_t bytes = shard_numel_ * static_cast<int64_t>(dtype_size(work_dtype_));
+  int64_t bytes = offload_.params_on_host ? 0 : gathered_shard_bytes();
   for (const Whole& w : whole_) bytes += static_cast<int64_t>(w.buffer.bytes());
   return bytes;
 }
@@ -106,11 +117,16 @@ ShardedParamStore::Slot& ShardedParamStore::free_slot(std::vector<Slot>& pool, i
   throw std::logic_error("ShardedParamStore: no free slot for layer group " + std::to_string(group));
 }
 
-void ShardedParamStore::start_gather(Slot& slot, int group) {
+CommHandle ShardedParamStore::gather(int group, const Buffer& out) {
   const PartitionUnit& u = units_[static_cast<size_t>(group)];
-  slot.group = group;
   const Tensor source = mixed() ? piece(work_params_, work_dtype_, group) : piece(params_, DType::F32, group);
-  slot.pending = dp_.all_gather_async(source, slot.buffer.view(0, work_dtype_, {u.padded}));
+  const Tensor whole = out.view(0, work_dtype_, {u.padded});
+  return offload_.params_on_host ? dp_.all_gather_from_host_async(source, whole) : dp_.all_gather_async(source, whole);
+}
+
+void ShardedParamStore::start_gather(Slot& slot, int group) {
+  slot.group = group;
+  slot.pending = gather(group, slot.buffer);
 }
 
 int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
@@ -128,9 +144,7 @@ int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
 void* ShardedParamStore::acquire_whole(int group) {
   Whole& w = whole_[static_cast<size_t>(group)];
   if (!w.current) {
-    const PartitionUnit& u = units_[static_cast<size_t>(group)];
-    const Tensor source = mixed() ? piece(work_params_, work_dtype_, group) : piece(params_, DType::F32, group);
-    w.pending = dp_.all_gather_async(source, w.buffer.view(0, work_dtype_, {u.padded}));
+    w.pending = gather(group, w.buffer);
     w.current = true;
   }
   if (w.pending) timed_wait(w.pending);

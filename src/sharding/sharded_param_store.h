@@ -4,7 +4,8 @@
 // backward releases its gradient. Under mixed precision the fp32 shard is the master copy and
 // a second, 16-bit shard is what gets gathered, so parameter traffic is halved. Groups the plan
 // keeps whole are gathered once after each optimizer step into a buffer of their own, and the
-// next group is prefetched only within the bounds.
+// next group is prefetched only within the bounds. With the parameters offloaded the shard that
+// gets gathered lives in host memory and each gather carries its piece up first.
 #pragma once
 #include <array>
 #include <vector>
@@ -21,6 +22,17 @@ struct Stage3Plan {
   int64_t persistent_elements = 0;
   int layer_slots = 2;
 };
+
+// Where the optimizer keeps the fp32 master and where the gathered shard lives.
+// master_on_host: the optimizer keeps the master in host memory (offload_optimizer), so under
+// mixed precision the store holds no params(). params_on_host (offload_param, which needs
+// master_on_host): the shard the gathers read is host memory (page-locked when pinned), updated
+// there by the host optimizer; the device keeps only the gathered groups.
+struct Stage3Offload {
+  bool master_on_host = false;
+  bool params_on_host = false;
+  bool pinned = false;
+};
 Stage3Plan plan_stage3(const Stage3Bounds& bounds, const std::vector<ParamSpec>& specs,
                        const std::vector<LayerGroup>& groups);
 
@@ -29,11 +41,9 @@ class ShardedParamStore final : public ParamStore {
   // `partition` must have one unit per layer group, in group order. `work_dtype` is the
   // dtype the model sees (F32, BF16 or F16); `comm_dtype` the one gradients are reduce-scattered
   // in (F32, or BF16/F16 through 16-bit twins of the slots). `plan` is plan_stage3's for `bounds`.
-  // master_on_host: the optimizer keeps the fp32 master in host memory (offloaded), so under
-  // mixed precision there is no params() here.
   ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups, const FlatPartition& partition,
                     bool overlap, double* comm_wait_seconds, DType work_dtype, DType comm_dtype,
-                    const Stage3Bounds& bounds, const Stage3Plan& plan, bool master_on_host = false);
+                    const Stage3Bounds& bounds, const Stage3Plan& plan, const Stage3Offload& offload = {});
   ~ShardedParamStore() override;
 
   DType param_dtype() const override { return work_dtype_; }
@@ -63,10 +73,12 @@ class ShardedParamStore final : public ParamStore {
   // The shard the gathers read: the working shard (mixed) or params().
   Tensor gather_source() const { return mixed() ? working_params() : params(); }
   Tensor grads() const { return grads_.view(0, DType::F32, {shard_numel_}); }
-  // The working shard (the one gathered) with the groups kept whole, and, when it is a separate
-  // copy, the fp32 master.
+  // On the device: the working shard (the one gathered, unless in host memory) with the groups
+  // kept whole, and, when it is a separate copy, the fp32 master. In host memory: the shard
+  // gathered, when the parameters are offloaded.
   int64_t persistent_param_bytes() const;
-  int64_t master_param_bytes() const { return mixed() && !master_on_host_ ? shard_numel_ * 4 : 0; }
+  int64_t master_param_bytes() const { return mixed() && !offload_.master_on_host ? shard_numel_ * 4 : 0; }
+  int64_t host_param_bytes() const { return offload_.params_on_host ? gathered_shard_bytes() : 0; }
   int64_t workspace_bytes() const;
 
  private:
@@ -91,6 +103,9 @@ class ShardedParamStore final : public ParamStore {
   void timed_wait(CommHandle& handle);
   int next_in_sequence(int group, Pass pass) const;
   Tensor piece(const Buffer& shard, DType dtype, int group) const;
+  int64_t gathered_shard_bytes() const { return shard_numel_ * static_cast<int64_t>(dtype_size(work_dtype_)); }
+  // Gathers `group` from the shard into `out` (its padded size, in the working dtype).
+  CommHandle gather(int group, const Buffer& out);
 
   Backend& backend_;
   Comm& dp_;
@@ -102,7 +117,7 @@ class ShardedParamStore final : public ParamStore {
   DType comm_dtype_;
   Stage3Bounds bounds_;
   int64_t shard_numel_ = 0;
-  bool master_on_host_ = false;
+  Stage3Offload offload_;
   int64_t reductions_issued_ = 0;
   Buffer params_, grads_, recv_;
   Buffer recv_twin_;  // 16-bit comm_dtype: the reduce-scatter output as it travels

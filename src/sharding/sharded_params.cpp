@@ -57,7 +57,8 @@ ShardedParams::ShardedParams(const ShardingPlace& place, const ShardingSettings&
                                                place.comm_wait_seconds, settings.precision, settings.comm_dtype,
                                                settings.stage3,
                                                plan_stage3(settings.stage3, *place.specs, *place.groups),
-                                               settings.offload.optimizer);
+                                               Stage3Offload{settings.offload.optimizer, settings.offload.params,
+                                                             settings.offload.params_pinned});
   const std::vector<OwnedRun> owned = partition_->owned_runs();
   if (settings.offload.optimizer) {
     host_ = std::make_unique<HostOptimizerState>(backend_, settings.offload, owned, partition_->shard_numel(),
@@ -133,13 +134,16 @@ MemoryRecord ShardedParams::memory() const {
   m.optimizer = host_ ? 0 : static_cast<int64_t>(optimizer_->state_bytes()) + store_->master_param_bytes();
   m.workspace = store_->workspace_bytes();
   if (host_) host_->add_to(m);
+  m.host += store_->host_param_bytes();
   return m;
 }
 
 MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const LayoutSize& size, const Stage3Plan& plan) {
   const int64_t w = static_cast<int64_t>(dtype_size(settings.precision)), f = sizeof(float);
   MemoryRecord m;
-  m.params = size.shard * w + plan.persistent_elements * w;  // the shard, and the groups kept whole
+  // The shard (in host memory when offloaded), and the groups kept whole.
+  m.params = (settings.offload.params ? 0 : size.shard * w) + plan.persistent_elements * w;
+  if (settings.offload.params) m.host += size.shard * w;
   m.grads = size.shard * f;
   if (settings.offload.optimizer) {
     HostOptimizerState::estimate(settings.offload, size.shard, settings.precision, m);

@@ -59,6 +59,8 @@ class HostOptimizerState {
   void down(Tensor grads, size_t k);
   void up(Tensor working, size_t k);
   void update_piece(AdamW& optimizer, size_t k, float* master, float* m, float* v);
+  // Where piece k's rounded parameters go: the host working shard itself, or a staging buffer.
+  void* rounded_target(size_t k) const;
   const float* master_of(size_t k) const;
   // nvme (host_optimizer_files.cpp).
   void open_files();
@@ -74,6 +76,7 @@ class HostOptimizerState {
   HostPlacement placement_;
   Buffer master_;  // in host memory (not on nvme)
   Buffer grad_stage_[2], work_stage_[2];  // page-locked, one piece each
+  char* host_working_ = nullptr;  // the working shard of this update or load, when in host memory
   std::unique_ptr<Files> files_;          // nvme
 };
 

@@ -80,7 +80,7 @@ namespace {
 
 // Offloaded optimizer state lives in the node's memory, shared by its ranks (on a simulated
 // device, beside the "device" buffers, which are host memory too).
-void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device) {
+void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device, bool params_offloaded) {
   const int64_t node = host_available_bytes();
   if (e.host <= 0 || node <= 0) return;
   const int64_t share = node / std::max(1, mpi.local_size());
@@ -88,9 +88,9 @@ void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device
   if (need <= share) return;
   throw UserError(fmt::format(
       "the offloaded optimizer state does not fit host memory: each rank needs about {} of host memory ({} of "
-      "offloaded master weights, Adam moments and staging{}), but this rank has {} ({} available on {}{}). Use more "
+      "offloaded master weights, Adam moments{} and staging{}), but this rank has {} ({} available on {}{}). Use more "
       "nodes or ranks, or zero_optimization.offload_optimizer.device: none",
-      gib(need), gib(e.host), device == Device::CUDA ? "" : fmt::format(", and {} of simulated device memory", gib(e.total())),
+      gib(need), gib(e.host), params_offloaded ? ", parameters" : "", device == Device::CUDA ? "" : fmt::format(", and {} of simulated device memory", gib(e.total())),
       gib(share), gib(node), mpi.hostname(),
       mpi.local_size() > 1 ? fmt::format(", shared by {} ranks", mpi.local_size()) : std::string()));
 }
@@ -99,7 +99,7 @@ void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device
 
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device) {
   const MemoryRecord e = estimate_rank_memory(cfg, device.backend->device());
-  check_host_fits(e, mpi, device.backend->device());
+  check_host_fits(e, mpi, device.backend->device(), cfg.zero_optimization.offload_param.device != OffloadDevice::None);
   int64_t available = 0;
   std::string where;
   if (device.backend->device() == Device::CUDA) {

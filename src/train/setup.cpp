@@ -67,6 +67,8 @@ EngineSettings engine_settings_from_config(const Config& cfg, Device device, int
     s.sharding.offload.max_piece = int64_t{1} << 20;  // 12 MiB records: large transfers, few in memory
   }
   s.sharding.offload.pinned = offload.pin_memory;
+  s.sharding.offload.params = z.offload_param.device == OffloadDevice::Cpu && device != Device::CPU;
+  s.sharding.offload.params_pinned = z.offload_param.pin_memory;
   const int cores = host_threads_per_rank(0, ranks_on_node);
   s.sharding.offload.threads = std::max(1, static_cast<int>(std::lround(offload.cpuadam_cores_perc * cores)));
   const int64_t unbounded = std::numeric_limits<int64_t>::max();

@@ -155,6 +155,7 @@ class Trainer {
   void check_state_finite(int64_t step);
   std::string nonfinite_advice() const;
   void log_banner();  // model, batch, data, layout, ZeRO, precision, device
+  void log_offload();
   void report_memory();
   void report_device_memory();
   void describe_devices();

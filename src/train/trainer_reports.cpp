@@ -65,8 +65,17 @@ void Trainer::log_banner() {
   }
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).sharding.overlap_comm ? " (reductions overlap backward)" : "");
-  if (cfg_.zero_optimization.offload_optimizer.device != OffloadDevice::None) {
-    const OffloadSettings o = engine_settings_from_config(cfg_, backend_.device(), mpi_.local_size()).sharding.offload;
+  log_offload();
+  log_info("precision: {}", precision_text(engine_.precision()));
+  log_info("attention: {}", backend_.attention_numerics(engine_.precision(), dims_.d_model / dims_.n_head));
+  describe_devices();
+}
+
+// Where offloaded state lives, one line per offload section set.
+void Trainer::log_offload() {
+  const ZeroConfig& z = cfg_.zero_optimization;
+  const OffloadSettings o = engine_settings_from_config(cfg_, backend_.device(), mpi_.local_size()).sharding.offload;
+  if (z.offload_optimizer.device != OffloadDevice::None) {
     if (!o.nvme_path.empty()) {
       log_info("offload: optimizer state (fp32 master, Adam moments) in a file in {} (O_DIRECT, {} pieces in host "
                "memory at once); host AdamW {} x {} thread(s)",
@@ -79,9 +88,17 @@ void Trainer::log_banner() {
                "already)");
     }
   }
-  log_info("precision: {}", precision_text(engine_.precision()));
-  log_info("attention: {}", backend_.attention_numerics(engine_.precision(), dims_.d_model / dims_.n_head));
-  describe_devices();
+  if (z.offload_param.device != OffloadDevice::None) {
+    if (o.params) {
+      const DType p = engine_.precision();
+      log_info("offload: parameters (the {} shard the gathers read) in {} host memory, each layer group's piece "
+               "carried up as it is gathered",
+               p == DType::BF16 ? "bf16" : p == DType::F16 ? "fp16" : "fp32",
+               o.params_pinned ? "page-locked" : "pageable");
+    } else {
+      log_info("offload: offload_param cpu is a no-op on the CPU backend (the parameters are host memory already)");
+    }
+  }
 }
 
 // Every rank's memory, gathered to all (cheap, once) and reported by rank 0.
@@ -116,7 +133,7 @@ void Trainer::report_memory() {
                      {"host", bytes(7)},
                      {"nvme", bytes(8)}});
     if (bytes(7) > 0)
-      log_info("  {:>4} offloaded optimizer state: {} in host memory (with its staging){}", r, bytes_text(bytes(7)),
+      log_info("  {:>4} offloaded state: {} in host memory (with its staging){}", r, bytes_text(bytes(7)),
                bytes(8) > 0 ? fmt::format(", {} in its file", bytes_text(bytes(8))) : std::string());
   }
   // The start-up check's estimate (before allocation, the stage that needs the most), beside.

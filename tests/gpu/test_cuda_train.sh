@@ -21,7 +21,11 @@
 # - comm.backend: nccl at world size 1 equals the MPI-backed run bit for bit;
 # - ZeRO 1 with the optimizer state offloaded to page-locked host memory and to a file
 #   (offload_optimizer cpu and nvme; the host AdamW is the device's step) equals ZeRO 1 without
-#   offload bit for bit.
+#   offload bit for bit;
+# - ZeRO 3 on two ranks sharing the GPU with the optimizer and the parameters offloaded
+#   (offload_param cpu, page-locked: each gather carries its piece up from host memory) equals
+#   the same run without offload bit for bit; on one rank over NCCL too (the upload runs on the
+#   communicator's stream), where NCCL is built.
 # With STRATA_CUDA_BINARY set (ctest `emu: train`), the device: cuda runs use that binary, strata
 # built on the CPU emulator of the CUDA backend (tests/gpu/emu), and $1 gives the CPU curves; no
 # GPU is needed. The emulator is slow (a 20-step run of the GPU model takes ~100 s on 2 cores)
@@ -86,6 +90,11 @@ for stage in 1 3; do
     --set comm.backend=mpi
   expect_contains "$OUT" "communication: mpi (device buffers staged through host memory)"
 done
+offload_param=(--set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_param.device=cpu
+  --set zero_optimization.offload_param.pin_memory=true)
+run gpu_dp2_bf16_z3_offload_param 2 cuda --set bf16.enabled=true --set zero_optimization.stage=3 \
+  --set comm.backend=mpi "${offload_param[@]}"
+expect_contains "$OUT" "offload: parameters (the bf16 shard the gathers read) in page-locked host memory"
 tp2=(--set parallelism.tensor_model_parallel_size=2 --set parallelism.sequence_parallel=true)
 run gpu_tp2_fp32 2 cuda "${tp2[@]}" --set comm.backend=mpi
 expect_contains "$OUT" "layout: 2 rank(s) = DP 1 x TP 2 x PP 1"
@@ -117,6 +126,9 @@ if [ -n "$EMULATED" ]; then
 else
   run gpu_nccl 1 cuda --set comm.backend=nccl
   expect_contains "$OUT" "communication: nccl"
+  run gpu_z3_nccl 1 cuda --set comm.backend=nccl --set bf16.enabled=true --set zero_optimization.stage=3
+  run gpu_z3_nccl_offload_param 1 cuda --set comm.backend=nccl --set bf16.enabled=true \
+    --set zero_optimization.stage=3 "${offload_param[@]}"
 fi
 
 PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" "$STEPS" "$EMULATED" "$TP_NCCL" <<'PY'
@@ -157,7 +169,10 @@ within("gpu_pp2_bf16", "cpu_bf16", 0.02)
 if tp_nccl:
     within("gpu_tp2_nccl", "cpu_bf16", 0.02)
     within("gpu_pp2_nccl", "cpu_bf16", 0.02)
-if not emulated: identical("gpu_nccl", "gpu_fp32")
+if not emulated:
+    identical("gpu_nccl", "gpu_fp32")
+    identical("gpu_z3_nccl_offload_param", "gpu_z3_nccl")
+identical("gpu_dp2_bf16_z3_offload_param", "gpu_dp2_bf16_z3")
 identical("gpu_z1_bf16_offload_cpu", "gpu_z1_bf16")
 identical("gpu_z1_bf16_offload_nvme", "gpu_z1_bf16")
 first, last = losses("gpu_bf16")[0], losses("gpu_bf16")[-1]

@@ -33,6 +33,22 @@ make_text_data() {
   "$STRATA" data encode --input "$dir/corpus.txt" --out "$dir" --val-fraction 0.1 >/dev/null
 }
 
+# kill_after_checkpoint PID PATTERN CKPT_DIR: waits (up to 60 s) for the run PID (started in the
+# background) to write CKPT_DIR/latest, then kills every process whose command line holds
+# PATTERN with SIGKILL and waits until they are gone.
+kill_after_checkpoint() {
+  local job="$1" pattern="$2" dir="$3"
+  for _ in $(seq 1 1200); do
+    [ -f "$dir/latest" ] && break
+    sleep 0.05
+  done
+  pkill -KILL -f "$pattern" || fail "the run ended before it could be killed"
+  wait "$job" 2>/dev/null || true
+  [ -f "$dir/latest" ] || fail "no checkpoint before the kill"
+  for _ in $(seq 1 100); do pgrep -f "$pattern" >/dev/null || break; sleep 0.05; done
+  echo "killed after $(cat "$dir/latest")"
+}
+
 # write_small_config FILE DATA_DIR [extra yaml lines...]: a tiny model that steps quickly.
 write_small_config() {
   local file="$1" data="$2"; shift 2
