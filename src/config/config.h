@@ -117,9 +117,10 @@ struct OffloadConfig {
   /// offload_optimizer only: the share of the rank's cores (the node's cores over its ranks)
   /// the host AdamW runs on, at least one thread.
   double cpuadam_cores_perc = 0.9;
-  /// offload_optimizer with device nvme: the directory of the state files (a local disk).
+  /// device nvme: the directory of the state files (a local disk).
   std::string nvme_path = "/local_nvme";
-  /// offload_optimizer with device nvme: pieces of state in host memory at once.
+  /// device nvme: pieces of state in host memory at once (offload_param: layer groups' pieces,
+  /// at least 3).
   int buffer_count = 4;
 };
 

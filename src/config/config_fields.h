@@ -56,7 +56,11 @@ void zero_fields(V& v, S& z) {
     s.value("nvme_path", z.offload_optimizer.nvme_path);
     s.value("buffer_count", z.offload_optimizer.buffer_count, at_least(2));
   });
-  v.section("offload_param", [&](V& s) { offload_fields(s, z.offload_param); });
+  v.section("offload_param", [&](V& s) {
+    offload_fields(s, z.offload_param);
+    s.value("nvme_path", z.offload_param.nvme_path);
+    s.value("buffer_count", z.offload_param.buffer_count, at_least(3));
+  });
 }
 
 // ds_config's sections, in DeepSpeed's order.

@@ -186,7 +186,7 @@ void check_offload(const Config& c, Problems& p) {
                       "zero_optimization.stage",
                       to_string(z.offload_optimizer.device)));
   const OffloadDevice param = z.offload_param.device;
-  if (param != OffloadDevice::Cpu) return;  // nvme: refused as not supported yet, on its own
+  if (param == OffloadDevice::None) return;
   const std::string at = "zero_optimization.offload_param.device";
   if (z.stage != 3) {
     p.add(at, fmt::format("{} needs ZeRO stage 3 (the parameters offloaded are each rank's shard of them); set "
@@ -376,10 +376,6 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
                       "buckets, so a separate all-gather bucket size is not supported yet; remove the key or "
                       "set it equal",
                       *z.allgather_bucket_size, z.reduce_bucket_size));
-  if (z.offload_param.device == OffloadDevice::Nvme)
-    p.add("zero_optimization.offload_param.device",
-          "offloading to nvme is not supported yet (parameters in files); use cpu (parameters in host memory) or "
-          "none");
   const ActivationCheckpointingConfig& a = c.activation_checkpointing;
   if (a.partition_activations && c.parallelism.tensor_model_parallel_size > 1 && !c.parallelism.sequence_parallel)
     p.add("activation_checkpointing.partition_activations",

@@ -14,14 +14,11 @@ constexpr DsTreatment kAtDefault = DsTreatment::AcceptedAtDefault;
 constexpr DsTreatment kWhenEnabled = DsTreatment::RefusedWhenEnabled;
 constexpr DsTreatment kRefused = DsTreatment::Refused;
 
-const char* const kOffloadOnly =
-    "used only when offloading parameters to nvme, which strata does not do yet (offload_param.device nvme is "
-    "refused); with device none or cpu it changes nothing";
 const char* const kAlwaysOverlapped =
     "strata always reads the next pieces of nvme-offloaded state ahead of the update and writes them behind it";
 const char* const kNvmeOnly =
-    "asynchronous I/O settings, used only when offloading to nvme, which strata does not do yet (an offload "
-    "device other than none is refused)";
+    "DeepSpeed's asynchronous I/O tuning for nvme offload; strata reads and writes its offload files with O_DIRECT "
+    "on threads of its own, so these change no value";
 const char* const kChangesTokens =
     "changes which tokens or sequence lengths a step trains on; strata does not implement it, and ignoring it would "
     "train another run than the one asked for. Remove the section or set enabled: false";
@@ -83,18 +80,21 @@ const DeepSpeedKey kListed[] = {
     {"zero_optimization.offload_optimizer.cpuadam_cores_perc", kImplemented, "Share of cores for the CPU Adam.",
      "The share of the rank's cores the host AdamW runs on (default 0.9, at least one thread)"},
     {"zero_optimization.offload_param", kImplemented, "ZeRO-Infinity: stage-3 parameters in host memory or on NVMe.",
-     "device none, or cpu at stage 3 with offload_optimizer; nvme is refused (not implemented yet)"},
+     "device cpu or nvme at stage 3 with offload_optimizer: each rank's parameter shard in host memory or in a "
+     "file, carried up as each layer group is gathered"},
     {"zero_optimization.offload_param.device", kImplemented, "none, cpu or nvme.",
-     "none, or cpu: each rank's parameter shard in host memory, carried up as each layer group is gathered "
-     "(stage 3, with offload_optimizer cpu or nvme; a no-op on the CPU backend); nvme is refused (not implemented "
-     "yet)"},
+     "As DeepSpeed, at stage 3, with offload_optimizer cpu or nvme (cpu is a no-op on the CPU backend)"},
     {"zero_optimization.offload_param.pin_memory", kImplemented, "Page-locked host buffers.",
      "Page-locks the host parameter shard (offload_param cpu), so that its uploads run beside the compute"},
-    {"zero_optimization.offload_param.nvme_path", kAccepted, "Directory of the NVMe swap files.", kOffloadOnly},
-    {"zero_optimization.offload_param.buffer_count", kAccepted, "Buffers for parameter swapping.", kOffloadOnly},
-    {"zero_optimization.offload_param.buffer_size", kAccepted, "Size of each parameter swap buffer.", kOffloadOnly},
+    {"zero_optimization.offload_param.nvme_path", kImplemented, "Directory of the NVMe swap files.",
+     "The directory of each rank's parameter file (O_DIRECT; the file is removed as soon as it is open)"},
+    {"zero_optimization.offload_param.buffer_count", kImplemented, "Buffers for parameter swapping.",
+     "Layer groups' pieces in host memory at once (at least 3): gathered, prefetched, read ahead"},
+    {"zero_optimization.offload_param.buffer_size", kAccepted, "Size of each parameter swap buffer.",
+     "strata sizes each buffer to the largest layer group's piece (a group is one read and one gather), so the "
+     "size is not a choice; changes no value"},
     {"zero_optimization.offload_param.max_in_cpu", kAccepted, "Parameters kept in host memory with NVMe offload.",
-     kOffloadOnly},
+     "strata keeps buffer_count layer groups' pieces in host memory and the rest in the file; changes no value"},
     {"zero_optimization.cpu_offload", kAtDefault, "DeepSpeed's old spelling of offload_optimizer.device: cpu.",
      "strata reads only the current spelling: use offload_optimizer: {device: cpu}", "false"},
     {"zero_optimization.cpu_offload_params", kAtDefault, "Old spelling of offload_param.device: cpu.",

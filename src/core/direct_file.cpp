@@ -53,7 +53,7 @@ DirectFile::DirectFile(const std::string& dir, const std::string& what, int64_t 
   struct stat st {};
   if (dir.empty() || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw UserError(fmt::format("nvme_path '{}' is not a directory{}", dir,
-                                dir.empty() ? " (set zero_optimization.offload_optimizer.nvme_path)" : ""));
+                                dir.empty() ? " (set nvme_path in the offload section)" : ""));
   path_ = fmt::format("{}/strata-{}-{}.swp", dir, what, static_cast<long>(::getpid()));
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
   if (fd_ < 0 && errno == EINVAL)

@@ -55,6 +55,7 @@ MemoryRecord estimate_sharding_memory(const ShardingSettings& settings, const st
   size.n = specs.back().offset + specs.back().numel;
   size.padded = round_up(size.n, dp_size);
   size.shard = size.padded / dp_size;
+  size.dp = dp_size;
   size.embedding_group = groups[0].numel();
   for (size_t g = 1; g < groups.size(); ++g) size.widest_group = std::max(size.widest_group, groups[g].numel());
   switch (settings.zero_stage) {

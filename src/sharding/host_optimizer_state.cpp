@@ -52,6 +52,7 @@ void HostOptimizerState::up(Tensor working, size_t k) {
 }
 
 void* HostOptimizerState::rounded_target(size_t k) const {
+  if (sink_) return sink_->piece_target(pieces_[k].begin, pieces_[k].numel());
   if (host_working_) return host_working_ + static_cast<size_t>(pieces_[k].begin) * dtype_size(work_);
   return work_stage_[k % 2].data();
 }
@@ -62,9 +63,15 @@ void HostOptimizerState::update_piece(AdamW& optimizer, size_t k, float* master,
                          rounded_target(k), work_);
 }
 
-void HostOptimizerState::update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier) {
+void HostOptimizerState::target(Tensor working, WorkingShardSink* sink) {
+  sink_ = sink;
+  host_working_ = !sink && working.device == Device::CPU ? static_cast<char*>(working.data) : nullptr;
+}
+
+void HostOptimizerState::update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier,
+                                WorkingShardSink* sink) {
   optimizer.begin_pieces(lr, grad_multiplier);
-  host_working_ = working.device == Device::CPU ? static_cast<char*>(working.data) : nullptr;
+  target(working, sink);
   if (files_) {
     update_files(optimizer, grads, working);
   } else {
@@ -85,7 +92,7 @@ void HostOptimizerState::update_memory(AdamW& optimizer, Tensor grads, Tensor wo
 void HostOptimizerState::transfer_pieces(Tensor grads, Tensor working, const std::function<void(size_t)>& update_one) {
   const size_t n = pieces_.size();
   // A working shard in host memory (parameters offloaded too) is written in place: nothing goes up.
-  const bool upload = !host_working_;
+  const bool upload = !host_working_ && !sink_;
   if (n > 0) down(grads, 0);
   for (size_t k = 0; k < n; ++k) {
     // Piece k's gradient has landed, and piece k - 2's parameters have left its staging buffer.
@@ -96,6 +103,7 @@ void HostOptimizerState::transfer_pieces(Tensor grads, Tensor working, const std
   }
   if (n > 0 && upload) up(working, n - 1);
   backend_.synchronize();
+  if (sink_) sink_->finish();
 }
 
 float* HostOptimizerState::state(StateKind kind, AdamW& optimizer, bool for_loading) {
@@ -108,17 +116,19 @@ float* HostOptimizerState::state(StateKind kind, AdamW& optimizer, bool for_load
   return nullptr;
 }
 
-void HostOptimizerState::loaded(Tensor working) {
+void HostOptimizerState::loaded(Tensor working, WorkingShardSink* sink) {
   if (files_) commit_copies();
-  host_working_ = working.device == Device::CPU ? static_cast<char*>(working.data) : nullptr;
+  target(working, sink);
   // The master rounded into the working shard: in place when it is host memory, else piece by
   // piece through the staging buffers.
+  const bool upload = !host_working_ && !sink_;
   for (size_t k = 0; k < pieces_.size(); ++k) {
-    if (k >= 2 && !host_working_) backend_.synchronize();  // the staging buffer's last upload has left
+    if (k >= 2 && upload) backend_.synchronize();  // the staging buffer's last upload has left
     const FlatRange& p = pieces_[k];
     convert_elements(master_of(k), DType::F32, rounded_target(k), work_, static_cast<size_t>(p.numel()));
-    if (!host_working_) up(working, k);
+    if (upload) up(working, k);
   }
+  if (sink_) sink_->finish();
   backend_.synchronize();
   release_copies();
 }

@@ -23,8 +23,13 @@ ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vect
   // The shard the gathers read: on the device, or in host memory with the parameters offloaded.
   auto gathered_shard = [&](size_t bytes) {
     if (!offload.params_on_host) return backend_.allocate(bytes);
+    if (!offload.nvme_path.empty()) return Buffer();  // in the file
     return offload.pinned ? backend_.allocate_host(bytes) : allocate_pageable_host(bytes);
   };
+  if (offload.params_on_host && !offload.nvme_path.empty()) {
+    file_ = std::make_unique<ParamFile>(backend_, offload.nvme_path, offload.buffer_count, offload.pinned, units_,
+                                        work_dtype_);
+  }
   if (mixed()) {
     if (!offload.master_on_host) params_ = backend_.allocate(shard_bytes);
     work_params_ = gathered_shard(static_cast<size_t>(gathered_shard_bytes()));
@@ -75,6 +80,11 @@ int64_t ShardedParamStore::persistent_param_bytes() const {
   return bytes;
 }
 
+int64_t ShardedParamStore::host_param_bytes() const {
+  if (file_) return file_->host_bytes();
+  return offload_.params_on_host ? gathered_shard_bytes() : 0;
+}
+
 int64_t ShardedParamStore::workspace_bytes() const {
   int64_t bytes = static_cast<int64_t>(recv_.bytes() + recv_twin_.bytes());
   for (const auto* pool : {&embed_params_, &layer_params_, &embed_grads_, &layer_grads_}) {
@@ -109,7 +119,7 @@ ShardedParamStore::Slot& ShardedParamStore::free_slot(std::vector<Slot>& pool, i
   // A prefetch nobody claimed (an interrupted pass): let it land and reuse the slot.
   for (Slot& s : pool) {
     if (!s.in_use) {
-      if (s.pending) timed_wait(s.pending);
+      land_gather(s.pending, s.staged);
       s.group = -1;
       return s;
     }
@@ -117,16 +127,26 @@ ShardedParamStore::Slot& ShardedParamStore::free_slot(std::vector<Slot>& pool, i
   throw std::logic_error("ShardedParamStore: no free slot for layer group " + std::to_string(group));
 }
 
-CommHandle ShardedParamStore::gather(int group, const Buffer& out) {
+CommHandle ShardedParamStore::gather(int group, const Buffer& out, int& staged) {
   const PartitionUnit& u = units_[static_cast<size_t>(group)];
-  const Tensor source = mixed() ? piece(work_params_, work_dtype_, group) : piece(params_, DType::F32, group);
   const Tensor whole = out.view(0, work_dtype_, {u.padded});
+  if (file_) {
+    staged = file_->hold(group);
+    return dp_.all_gather_from_host_async(file_->piece(staged), whole);
+  }
+  const Tensor source = mixed() ? piece(work_params_, work_dtype_, group) : piece(params_, DType::F32, group);
   return offload_.params_on_host ? dp_.all_gather_from_host_async(source, whole) : dp_.all_gather_async(source, whole);
+}
+
+void ShardedParamStore::land_gather(CommHandle& pending, int& staged) {
+  if (pending) timed_wait(pending);
+  if (staged >= 0) file_->release(staged);
+  staged = -1;
 }
 
 void ShardedParamStore::start_gather(Slot& slot, int group) {
   slot.group = group;
-  slot.pending = gather(group, slot.buffer);
+  slot.pending = gather(group, slot.buffer, slot.staged);
 }
 
 int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
@@ -144,10 +164,10 @@ int ShardedParamStore::next_in_sequence(int group, Pass pass) const {
 void* ShardedParamStore::acquire_whole(int group) {
   Whole& w = whole_[static_cast<size_t>(group)];
   if (!w.current) {
-    w.pending = gather(group, w.buffer);
+    w.pending = gather(group, w.buffer, w.staged);
     w.current = true;
   }
-  if (w.pending) timed_wait(w.pending);
+  land_gather(w.pending, w.staged);
   return w.buffer.data();
 }
 
@@ -180,9 +200,16 @@ void* ShardedParamStore::acquire_params(int group, Pass pass) {
     slot = &free_slot(is_embedding(group) ? embed_params_ : layer_params_, group);
     start_gather(*slot, group);
   }
-  if (slot->pending) timed_wait(slot->pending);
+  land_gather(slot->pending, slot->staged);
   slot->in_use = true;
-  prefetch(next_in_sequence(group, pass));
+  const int next = next_in_sequence(group, pass);
+  prefetch(next);
+  if (file_ && next >= 0) {
+    // The file is read a group ahead of the gathers.
+    const int after = next_in_sequence(next, pass);
+    if (!kept_whole(next)) file_->read_ahead(next);
+    if (after >= 0 && !kept_whole(after)) file_->read_ahead(after);
+  }
   return slot->buffer.data();
 }
 
@@ -270,13 +297,9 @@ void ShardedParamStore::finish_reductions() {
 
 void ShardedParamStore::wait_gathers() {
   for (auto* pool : {&embed_params_, &layer_params_}) {
-    for (Slot& s : *pool) {
-      if (s.pending) timed_wait(s.pending);
-    }
+    for (Slot& s : *pool) land_gather(s.pending, s.staged);
   }
-  for (Whole& w : whole_) {
-    if (w.pending) timed_wait(w.pending);
-  }
+  for (Whole& w : whole_) land_gather(w.pending, w.staged);
 }
 
 void ShardedParamStore::invalidate_params() {

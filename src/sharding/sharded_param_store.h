@@ -8,6 +8,8 @@
 // gets gathered lives in host memory and each gather carries its piece up first.
 #pragma once
 #include <array>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "sharding/sharding.h"
@@ -23,6 +25,58 @@ struct Stage3Plan {
   int layer_slots = 2;
 };
 
+// Where an update or load writes the working shard when it is neither device memory nor one host
+// buffer (offload_param nvme): the host update asks for each piece's memory in shard order, the
+// sink stores it, and finish() returns once every piece is stored.
+class WorkingShardSink {
+ public:
+  virtual ~WorkingShardSink() = default;
+  virtual void* piece_target(int64_t shard_begin, int64_t count) = 0;
+  virtual void finish() = 0;
+};
+
+// offload_param nvme: the working shard in a file (O_DIRECT), one record per layer group (the
+// rank's piece of it, rounded up to 4 KiB), read into a ring of buffers as gathers need them
+// (and a group ahead), and written from them, group by group, as an update produces them. A
+// buffer keeps what it read or wrote until it is needed for another group, so a group used again
+// soon (the pass turning at the last layer) is not read twice.
+class ParamFile final : public WorkingShardSink {
+ public:
+  ParamFile(Backend& backend, const std::string& dir, int buffer_count, bool pinned,
+            const std::vector<PartitionUnit>& units, DType work);
+  ~ParamFile() override;
+  // The buffer holding `group`'s record, read now unless it is there (or arriving); the caller
+  // holds it until release(), so nothing else is read into it.
+  int hold(int group);
+  Tensor piece(int buffer) const;  // the held group's piece (host memory, the working dtype)
+  void release(int buffer);
+  // Starts reading `group` into a buffer nobody holds or keeps, when there is one.
+  void read_ahead(int group);
+  void* piece_target(int64_t shard_begin, int64_t count) override;
+  void finish() override;
+  int64_t host_bytes() const;
+  int64_t file_bytes() const { return shard_bytes_; }
+  // Each buffer's bytes: the largest record (`largest_piece` elements).
+  static int64_t buffer_bytes(int64_t largest_piece, DType work);
+  // Host bytes of the ring for pieces of at most `largest_piece` elements.
+  static int64_t ring_bytes(int buffer_count, int64_t largest_piece, DType work);
+
+ private:
+  struct Slot;
+  Slot& take(int group);  // a buffer nobody holds for `group`, its previous read or write landed
+  void flush();           // starts writing the record being assembled
+  int find(int group) const;
+  Backend& backend_;
+  std::vector<PartitionUnit> units_;
+  DType work_;
+  std::vector<int64_t> offset_;  // of each group's record
+  std::unique_ptr<DirectFile> file_;
+  std::vector<Slot> slots_;
+  int64_t uses_ = 0;        // for choosing the least recently used buffer
+  int writing_ = -1;        // the slot assembling a record (an update), or -1
+  int64_t shard_bytes_ = 0;
+};
+
 // Where the optimizer keeps the fp32 master and where the gathered shard lives.
 // master_on_host: the optimizer keeps the master in host memory (offload_optimizer), so under
 // mixed precision the store holds no params(). params_on_host (offload_param, which needs
@@ -32,6 +86,8 @@ struct Stage3Offload {
   bool master_on_host = false;
   bool params_on_host = false;
   bool pinned = false;
+  std::string nvme_path;  // non-empty: the shard in a ParamFile there instead of host memory
+  int buffer_count = 4;
 };
 Stage3Plan plan_stage3(const Stage3Bounds& bounds, const std::vector<ParamSpec>& specs,
                        const std::vector<LayerGroup>& groups);
@@ -71,14 +127,19 @@ class ShardedParamStore final : public ParamStore {
   // absent when mixed with master_on_host).
   Tensor params() const { return params_.view(0, DType::F32, {shard_numel_}); }
   // The shard the gathers read: the working shard (mixed) or params().
-  Tensor gather_source() const { return mixed() ? working_params() : params(); }
+  Tensor gather_source() const { return file_ ? Tensor() : mixed() ? working_params() : params(); }
+  // offload_param nvme: where updates write the working shard (gather_source() is then undefined).
+  WorkingShardSink* working_sink() const { return file_.get(); }
   Tensor grads() const { return grads_.view(0, DType::F32, {shard_numel_}); }
   // On the device: the working shard (the one gathered, unless in host memory) with the groups
   // kept whole, and, when it is a separate copy, the fp32 master. In host memory: the shard
   // gathered, when the parameters are offloaded.
   int64_t persistent_param_bytes() const;
   int64_t master_param_bytes() const { return mixed() && !offload_.master_on_host ? shard_numel_ * 4 : 0; }
-  int64_t host_param_bytes() const { return offload_.params_on_host ? gathered_shard_bytes() : 0; }
+  // In host memory: the shard gathered (offload_param cpu) or the file's ring of buffers (nvme);
+  // in the file: the shard.
+  int64_t host_param_bytes() const;
+  int64_t nvme_param_bytes() const { return file_ ? gathered_shard_bytes() : 0; }
   int64_t workspace_bytes() const;
 
  private:
@@ -89,6 +150,7 @@ class ShardedParamStore final : public ParamStore {
     CommHandle pending;  // gather (param slots) or reduce-scatter (grad slots) in flight
     int64_t issued = 0;  // grad slots: order of the reduce-scatter, so the oldest settles first
     Buffer twin;         // grad slots under a 16-bit comm_dtype: the gradient as it travels
+    int staged = -1;     // param slots, offload_param nvme: the file's buffer the gather reads
   };
   bool is_embedding(int group) const { return group == 0; }
   bool mixed() const { return work_dtype_ != DType::F32; }
@@ -104,8 +166,11 @@ class ShardedParamStore final : public ParamStore {
   int next_in_sequence(int group, Pass pass) const;
   Tensor piece(const Buffer& shard, DType dtype, int group) const;
   int64_t gathered_shard_bytes() const { return shard_numel_ * static_cast<int64_t>(dtype_size(work_dtype_)); }
-  // Gathers `group` from the shard into `out` (its padded size, in the working dtype).
-  CommHandle gather(int group, const Buffer& out);
+  // Gathers `group` from the shard into `out` (its padded size, in the working dtype); with the
+  // shard in a file, `staged` is the buffer of it the gather reads until it lands.
+  CommHandle gather(int group, const Buffer& out, int& staged);
+  // Waits for a gather and lets its file buffer go.
+  void land_gather(CommHandle& pending, int& staged);
 
   Backend& backend_;
   Comm& dp_;
@@ -122,6 +187,7 @@ class ShardedParamStore final : public ParamStore {
   Buffer params_, grads_, recv_;
   Buffer recv_twin_;  // 16-bit comm_dtype: the reduce-scatter output as it travels
   Buffer work_params_;  // mixed precision: params_ rounded to work_dtype_, the gather source
+  std::unique_ptr<ParamFile> file_;  // offload_param nvme: the gather source instead
   // Pools: slot 0 holds the embeddings; the others, two each, hold blocks and ln_f so that
   // one group can arrive while the previous one is in use.
   std::vector<Slot> embed_params_, layer_params_, embed_grads_, layer_grads_;
@@ -131,6 +197,7 @@ class ShardedParamStore final : public ParamStore {
     bool kept = false;
     bool current = false;  // gathered (or arriving) since the parameters last changed
     CommHandle pending;
+    int staged = -1;
   };
   std::vector<Whole> whole_;
 };

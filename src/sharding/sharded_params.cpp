@@ -20,6 +20,20 @@ bool can_prefetch_after(const Stage3Bounds& b, const std::vector<LayerGroup>& gr
          groups[group].numel() + groups[next].numel() <= b.max_live_parameters;
 }
 
+// The owned runs cut where layer groups meet: with the parameters in a file each group's piece is
+// a record of its own, so no piece of the host update may span two.
+std::vector<OwnedRun> runs_per_group(const std::vector<OwnedRun>& runs, const std::vector<PartitionUnit>& units) {
+  std::vector<OwnedRun> cut;
+  for (const OwnedRun& r : runs) {
+    for (const PartitionUnit& u : units) {
+      const int64_t lo = std::max(r.shard_offset, u.shard_offset);
+      const int64_t hi = std::min(r.shard_offset + r.count, u.shard_offset + u.piece);
+      if (hi > lo) cut.push_back({r.flat_begin + (lo - r.shard_offset), lo, hi - lo});
+    }
+  }
+  return cut;
+}
+
 }  // namespace
 
 Stage3Plan plan_stage3(const Stage3Bounds& bounds, const std::vector<ParamSpec>& specs,
@@ -58,11 +72,15 @@ ShardedParams::ShardedParams(const ShardingPlace& place, const ShardingSettings&
                                                settings.stage3,
                                                plan_stage3(settings.stage3, *place.specs, *place.groups),
                                                Stage3Offload{settings.offload.optimizer, settings.offload.params,
-                                                             settings.offload.params_pinned});
+                                                             settings.offload.params_pinned,
+                                                             settings.offload.params_nvme_path,
+                                                             settings.offload.params_buffer_count});
   const std::vector<OwnedRun> owned = partition_->owned_runs();
   if (settings.offload.optimizer) {
-    host_ = std::make_unique<HostOptimizerState>(backend_, settings.offload, owned, partition_->shard_numel(),
-                                                 settings.precision);
+    const bool per_group = settings.offload.params && !settings.offload.params_nvme_path.empty();
+    host_ = std::make_unique<HostOptimizerState>(backend_, settings.offload,
+                                                 per_group ? runs_per_group(owned, partition_->units()) : owned,
+                                                 partition_->shard_numel(), settings.precision);
     optimizer_ = host_->make_optimizer(settings.adamw, shard_ranges(*place.specs, owned));
   } else {
     optimizer_ = std::make_unique<AdamW>(backend_, settings.adamw, shard_ranges(*place.specs, owned),
@@ -83,7 +101,7 @@ void ShardedParams::finish_pipeline(const std::function<void(const Tensor&)>& su
 void ShardedParams::update(float lr, float grad_multiplier) {
   store_->wait_gathers();  // they read the working shard, which the fused update overwrites
   if (host_) {
-    host_->update(*optimizer_, grads(), store_->gather_source(), lr, grad_multiplier);
+    host_->update(*optimizer_, grads(), store_->gather_source(), lr, grad_multiplier, store_->working_sink());
     refresh_working(true);
     return;
   }
@@ -95,7 +113,7 @@ void ShardedParams::refresh_working(bool working_current) {
   store_->invalidate_params();  // before the cast or upload: gathers read the working shard
   if (working_current) return;
   if (host_) {
-    host_->loaded(store_->gather_source());
+    host_->loaded(store_->gather_source(), store_->working_sink());
   } else if (settings_.precision != DType::F32) {
     backend_.cast(store_->params(), store_->working_params());
   }
@@ -135,6 +153,7 @@ MemoryRecord ShardedParams::memory() const {
   m.workspace = store_->workspace_bytes();
   if (host_) host_->add_to(m);
   m.host += store_->host_param_bytes();
+  m.nvme += store_->nvme_param_bytes();
   return m;
 }
 
@@ -142,8 +161,14 @@ MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const Lay
   const int64_t w = static_cast<int64_t>(dtype_size(settings.precision)), f = sizeof(float);
   MemoryRecord m;
   // The shard (in host memory when offloaded), and the groups kept whole.
-  m.params = (settings.offload.params ? 0 : size.shard * w) + plan.persistent_elements * w;
-  if (settings.offload.params) m.host += size.shard * w;
+  const OffloadSettings& o = settings.offload;
+  m.params = (o.params ? 0 : size.shard * w) + plan.persistent_elements * w;
+  if (o.params && o.params_nvme_path.empty()) m.host += size.shard * w;
+  if (o.params && !o.params_nvme_path.empty()) {
+    m.nvme += size.shard * w;
+    const int64_t largest = (std::max(size.embedding_group, size.widest_group) + size.dp - 1) / size.dp;
+    m.host += ParamFile::ring_bytes(o.params_buffer_count, largest, settings.precision);
+  }
   m.grads = size.shard * f;
   if (settings.offload.optimizer) {
     HostOptimizerState::estimate(settings.offload, size.shard, settings.precision, m);

@@ -145,11 +145,15 @@ struct OffloadSettings {
   int64_t max_piece = int64_t{1} << 22;
   std::string nvme_path;  // non-empty: the state in a file in this directory
   int buffer_count = 4;   // nvme: pieces of state in host memory at once (at least 2)
-  // offload_param.device cpu (stage 3, with the optimizer offloaded): the parameter shard that
+  // offload_param (stage 3, with the optimizer offloaded): the parameter shard that
   // gets gathered lives in host memory (page-locked with params_pinned), written in place by the
   // host AdamW and carried up piece by piece as each layer group is gathered.
   bool params = false;
   bool params_pinned = false;
+  // offload_param.device nvme: the parameter shard in a file in this directory instead, read into
+  // params_buffer_count buffers (at least 3) a layer group ahead of the gathers.
+  std::string params_nvme_path;
+  int params_buffer_count = 4;
 };
 
 struct ShardingSettings {

@@ -15,6 +15,7 @@ namespace strata {
 // a multiple of dp (shard = padded / dp); the embeddings' group and the widest other group.
 struct LayoutSize {
   int64_t n = 0, padded = 0, shard = 0, embedding_group = 0, widest_group = 0;
+  int64_t dp = 1;
 };
 
 // Offloaded optimizer state (OffloadSettings): the shard's fp32 master and Adam's moments in
@@ -33,8 +34,10 @@ class HostOptimizerState {
   // The AdamW whose moments live beside the master (or with it in the file).
   std::unique_ptr<AdamW> make_optimizer(const AdamWSettings& settings, std::vector<ParamRange> ranges) const;
   // AdamW on the master from the device's reduced shard `grads` × grad_multiplier; `working`
-  // (device, laid out like grads) receives the updated master rounded to its dtype.
-  void update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier);
+  // (laid out like grads: device memory, or host memory written in place) receives the updated
+  // master rounded to its dtype, or, given a sink (working then undefined), the sink does.
+  void update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier,
+              WorkingShardSink* sink = nullptr);
   // Host memory laid out like the shard holding `kind`: the state itself, or on nvme a copy
   // (read from the file for saving; zeros to be filled for loading), kept until
   // release_copies() or loaded().
@@ -42,7 +45,7 @@ class HostOptimizerState {
   void release_copies();
   // After what state(…, true) handed out was written (init, load): on nvme into the file; then
   // working = the master rounded.
-  void loaded(Tensor working);
+  void loaded(Tensor working, WorkingShardSink* sink = nullptr);
   // host: the master and moments (or the file's buffers) and the staging; nvme: the state's
   // bytes in the file.
   void add_to(MemoryRecord& record) const;
@@ -59,7 +62,10 @@ class HostOptimizerState {
   void down(Tensor grads, size_t k);
   void up(Tensor working, size_t k);
   void update_piece(AdamW& optimizer, size_t k, float* master, float* m, float* v);
-  // Where piece k's rounded parameters go: the host working shard itself, or a staging buffer.
+  // Sets where this update or load writes the rounded parameters.
+  void target(Tensor working, WorkingShardSink* sink);
+  // Where piece k's rounded parameters go: the sink's memory, the host working shard itself, or a
+  // staging buffer.
   void* rounded_target(size_t k) const;
   const float* master_of(size_t k) const;
   // nvme (host_optimizer_files.cpp).
@@ -77,6 +83,7 @@ class HostOptimizerState {
   Buffer master_;  // in host memory (not on nvme)
   Buffer grad_stage_[2], work_stage_[2];  // page-locked, one piece each
   char* host_working_ = nullptr;  // the working shard of this update or load, when in host memory
+  WorkingShardSink* sink_ = nullptr;  // or where it goes instead
   std::unique_ptr<Files> files_;          // nvme
 };
 

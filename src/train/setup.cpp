@@ -49,6 +49,36 @@ AdamWSettings adamw_from_config(const Config& cfg) {
   return s;
 }
 
+namespace {
+
+// Where offloaded state lives and how the host AdamW runs.
+OffloadSettings offload_settings_from_config(const ZeroConfig& z, Device device, int ranks_on_node) {
+  OffloadSettings o;
+  const OffloadConfig& offload = z.offload_optimizer;
+  // Host memory is where a CPU backend keeps its state anyway; a file is real on any backend (and
+  // parameters in a file need the host AdamW, which writes them there).
+  const bool params_nvme = z.offload_param.device == OffloadDevice::Nvme;
+  o.optimizer = (offload.device == OffloadDevice::Cpu && (device != Device::CPU || params_nvme)) ||
+                offload.device == OffloadDevice::Nvme;
+  if (offload.device == OffloadDevice::Nvme) {
+    o.nvme_path = offload.nvme_path;
+    o.buffer_count = offload.buffer_count;
+    o.max_piece = int64_t{1} << 20;  // 12 MiB records: large transfers, few in memory
+  }
+  o.pinned = offload.pin_memory;
+  o.params = (z.offload_param.device == OffloadDevice::Cpu && device != Device::CPU) || params_nvme;
+  o.params_pinned = z.offload_param.pin_memory;
+  if (params_nvme) {
+    o.params_nvme_path = z.offload_param.nvme_path;
+    o.params_buffer_count = z.offload_param.buffer_count;
+  }
+  const int cores = host_threads_per_rank(0, ranks_on_node);
+  o.threads = std::max(1, static_cast<int>(std::lround(offload.cpuadam_cores_perc * cores)));
+  return o;
+}
+
+}  // namespace
+
 EngineSettings engine_settings_from_config(const Config& cfg, Device device, int ranks_on_node) {
   const ZeroConfig& z = cfg.zero_optimization;
   EngineSettings s;
@@ -57,20 +87,7 @@ EngineSettings engine_settings_from_config(const Config& cfg, Device device, int
   s.sharding.reduce_bucket_size = z.reduce_bucket_size;
   s.sharding.adamw = adamw_from_config(cfg);
   s.sharding.comm_dtype = cfg.communication_data_type;
-  const OffloadConfig& offload = z.offload_optimizer;
-  // Host memory is where a CPU backend keeps its state anyway; a file is real on any backend.
-  s.sharding.offload.optimizer =
-      (offload.device == OffloadDevice::Cpu && device != Device::CPU) || offload.device == OffloadDevice::Nvme;
-  if (offload.device == OffloadDevice::Nvme) {
-    s.sharding.offload.nvme_path = offload.nvme_path;
-    s.sharding.offload.buffer_count = offload.buffer_count;
-    s.sharding.offload.max_piece = int64_t{1} << 20;  // 12 MiB records: large transfers, few in memory
-  }
-  s.sharding.offload.pinned = offload.pin_memory;
-  s.sharding.offload.params = z.offload_param.device == OffloadDevice::Cpu && device != Device::CPU;
-  s.sharding.offload.params_pinned = z.offload_param.pin_memory;
-  const int cores = host_threads_per_rank(0, ranks_on_node);
-  s.sharding.offload.threads = std::max(1, static_cast<int>(std::lround(offload.cpuadam_cores_perc * cores)));
+  s.sharding.offload = offload_settings_from_config(z, device, ranks_on_node);
   const int64_t unbounded = std::numeric_limits<int64_t>::max();
   s.sharding.stage3.param_persistence_threshold = z.stage3_param_persistence_threshold;
   s.sharding.stage3.model_persistence_threshold = z.stage3_model_persistence_threshold.value_or(unbounded);

@@ -89,12 +89,17 @@ void Trainer::log_offload() {
     }
   }
   if (z.offload_param.device != OffloadDevice::None) {
-    if (o.params) {
-      const DType p = engine_.precision();
+    const DType p = engine_.precision();
+    const char* dtype = p == DType::BF16 ? "bf16" : p == DType::F16 ? "fp16" : "fp32";
+    if (!o.params_nvme_path.empty()) {
+      log_info("offload: parameters (the {} shard the gathers read) in a file in {} (O_DIRECT, {} layer groups' "
+               "pieces in {} host memory at once, read a group ahead)",
+               dtype, o.params_nvme_path, std::max(3, o.params_buffer_count),
+               o.params_pinned ? "page-locked" : "pageable");
+    } else if (o.params) {
       log_info("offload: parameters (the {} shard the gathers read) in {} host memory, each layer group's piece "
                "carried up as it is gathered",
-               p == DType::BF16 ? "bf16" : p == DType::F16 ? "fp16" : "fp32",
-               o.params_pinned ? "page-locked" : "pageable");
+               dtype, o.params_pinned ? "page-locked" : "pageable");
     } else {
       log_info("offload: offload_param cpu is a no-op on the CPU backend (the parameters are host memory already)");
     }

@@ -24,8 +24,9 @@
 #   offload bit for bit;
 # - ZeRO 3 on two ranks sharing the GPU with the optimizer and the parameters offloaded
 #   (offload_param cpu, page-locked: each gather carries its piece up from host memory) equals
-#   the same run without offload bit for bit; on one rank over NCCL too (the upload runs on the
-#   communicator's stream), where NCCL is built.
+#   the same run without offload bit for bit, with the parameters in host memory and in a file
+#   (offload_param nvme); on one rank over NCCL too (the upload runs on the communicator's
+#   stream), where NCCL is built.
 # With STRATA_CUDA_BINARY set (ctest `emu: train`), the device: cuda runs use that binary, strata
 # built on the CPU emulator of the CUDA backend (tests/gpu/emu), and $1 gives the CPU curves; no
 # GPU is needed. The emulator is slow (a 20-step run of the GPU model takes ~100 s on 2 cores)
@@ -95,6 +96,11 @@ offload_param=(--set zero_optimization.offload_optimizer.device=cpu --set zero_o
 run gpu_dp2_bf16_z3_offload_param 2 cuda --set bf16.enabled=true --set zero_optimization.stage=3 \
   --set comm.backend=mpi "${offload_param[@]}"
 expect_contains "$OUT" "offload: parameters (the bf16 shard the gathers read) in page-locked host memory"
+mkdir -p "$WORK/nvme"
+run gpu_dp2_bf16_z3_offload_param_nvme 2 cuda --set bf16.enabled=true --set zero_optimization.stage=3 \
+  --set comm.backend=mpi "${offload_param[@]}" --set zero_optimization.offload_param.device=nvme \
+  --set zero_optimization.offload_param.nvme_path="$WORK/nvme"
+expect_contains "$OUT" "offload: parameters (the bf16 shard the gathers read) in a file in $WORK/nvme"
 tp2=(--set parallelism.tensor_model_parallel_size=2 --set parallelism.sequence_parallel=true)
 run gpu_tp2_fp32 2 cuda "${tp2[@]}" --set comm.backend=mpi
 expect_contains "$OUT" "layout: 2 rank(s) = DP 1 x TP 2 x PP 1"
@@ -116,7 +122,6 @@ run gpu_z1_bf16 1 cuda "${z1[@]}"
 run gpu_z1_bf16_offload_cpu 1 cuda "${z1[@]}" --set zero_optimization.offload_optimizer.device=cpu \
   --set zero_optimization.offload_optimizer.pin_memory=true
 expect_contains "$OUT" "offload: optimizer state (fp32 master, Adam moments) in page-locked host memory"
-mkdir -p "$WORK/nvme"
 run gpu_z1_bf16_offload_nvme 1 cuda "${z1[@]}" --set zero_optimization.offload_optimizer.device=nvme \
   --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
 expect_contains "$OUT" "offload: optimizer state (fp32 master, Adam moments) in a file in $WORK/nvme"
@@ -173,6 +178,7 @@ if not emulated:
     identical("gpu_nccl", "gpu_fp32")
     identical("gpu_z3_nccl_offload_param", "gpu_z3_nccl")
 identical("gpu_dp2_bf16_z3_offload_param", "gpu_dp2_bf16_z3")
+identical("gpu_dp2_bf16_z3_offload_param_nvme", "gpu_dp2_bf16_z3")
 identical("gpu_z1_bf16_offload_cpu", "gpu_z1_bf16")
 identical("gpu_z1_bf16_offload_nvme", "gpu_z1_bf16")
 first, last = losses("gpu_bf16")[0], losses("gpu_bf16")[-1]

@@ -241,8 +241,6 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                                                  "1-2) is not supported yet"},
       {"zero_optimization.allgather_bucket_size=1e6", "zero_optimization.allgather_bucket_size: 1000000 differs "
                                                       "from reduce_bucket_size 500000000"},
-      {"zero_optimization.offload_param.device=nvme", "zero_optimization.offload_param.device: offloading to nvme "
-                                                       "is not supported yet"},
       {"activation_checkpointing.cpu_checkpointing=true", "activation_checkpointing.cpu_checkpointing: true "
                                                           "(checkpointed activations in host memory) is not "
                                                           "supported yet"},
