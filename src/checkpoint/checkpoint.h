@@ -128,6 +128,10 @@ struct TensorPiece {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // packed row-major, shape's element count
   std::vector<int64_t> view_shape;
+  // Instead of data, for state not in host memory (a device's, or offloaded to a file): writes
+  // the packed values into a buffer of the piece's bytes while the file is written, so that a
+  // save holds one piece at a time, not the rank's state.
+  std::function<void(void* buffer)> produce = nullptr;
 };
 
 struct SaveContext {

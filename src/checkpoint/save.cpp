@@ -81,7 +81,8 @@ void check_piece(const TensorPiece& piece) {
   const std::string problem = ckpt::box_problem(view, piece.offset, piece.shape);
   if (!problem.empty()) throw std::invalid_argument(where + ": " + problem);
   ckpt::checked_numel(piece.shape, &piece_numel);
-  if (piece_numel > 0 && piece.data == nullptr) throw std::invalid_argument(where + ": data is null");
+  if (piece_numel > 0 && piece.data == nullptr && !piece.produce)
+    throw std::invalid_argument(where + ": data is null");
 }
 
 nlohmann::json piece_json(const TensorPiece& piece, const std::string& key) {
@@ -107,7 +108,11 @@ std::string write_rank_files(const std::string& tmp_dir, int rank, int64_t step,
     std::string key = piece.name;
     for (int k = 1; keys.count(key); ++k) key = piece.name + "#" + std::to_string(k);
     keys.insert(key);
-    writer.add(key, piece.dtype, piece.shape, piece.data);
+    if (piece.produce) {
+      writer.add_streamed(key, piece.dtype, piece.shape, piece.produce);
+    } else {
+      writer.add(key, piece.dtype, piece.shape, piece.data);
+    }
     piece_list.push_back(piece_json(piece, key));
   }
   writer.set_metadata("format", "pt");

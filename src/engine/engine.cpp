@@ -172,33 +172,39 @@ MemoryRecord Engine::memory() const {
   return m;
 }
 
-std::vector<FlatSpan> Engine::host_spans(std::vector<FlatSpan> spans, std::vector<StagedSpan>& staged, bool download) {
+std::vector<FlatSpan> Engine::host_spans(std::vector<FlatSpan> spans, std::vector<StagedSpan>& staged) {
   staged.clear();
   if (backend_.device() == Device::CPU) return spans;
   for (FlatSpan& span : spans) {
     if (span.on_host) continue;  // offloaded state: already host memory
     staged.push_back({span, std::vector<float>(static_cast<size_t>(span.count))});
-    float* host = staged.back().host.data();
-    if (download) {
-      backend_.copy(Tensor(span.data, DType::F32, {span.count}, device()),
-                    Tensor(host, DType::F32, {span.count}, Device::CPU));
-    }
-    span.data = host;
+    span.data = staged.back().host.data();
   }
   return spans;
 }
 
 std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
-  return host_spans(strategy_->saved_spans(kind), saving_[static_cast<size_t>(kind)], /*download=*/true);
+  std::vector<FlatSpan> spans = strategy_->streamed_spans(kind);
+  if (backend_.device() == Device::CPU) return spans;
+  for (FlatSpan& span : spans) {
+    if (span.on_host || !span.data) continue;
+    // Device state: each piece is copied down as the checkpoint writes it.
+    const float* on_device = span.data;
+    const Device where = device();
+    Backend& backend = backend_;
+    span.read = [&backend, on_device, where](int64_t offset, int64_t count, float* out) {
+      backend.copy(Tensor(const_cast<float*>(on_device) + offset, DType::F32, {count}, where),
+                   Tensor(out, DType::F32, {count}, Device::CPU));
+    };
+    span.data = nullptr;
+  }
+  return spans;
 }
 
-void Engine::release_saved_spans() {
-  for (std::vector<StagedSpan>& kind : saving_) kind = {};
-  strategy_->release_state_copies();
-}
+void Engine::release_saved_spans() { strategy_->release_state_copies(); }
 
 std::vector<FlatSpan> Engine::held_spans(StateKind kind) {
-  return host_spans(strategy_->held_spans(kind), loading_[static_cast<size_t>(kind)], /*download=*/false);
+  return host_spans(strategy_->held_spans(kind), loading_[static_cast<size_t>(kind)]);
 }
 
 }  // namespace strata

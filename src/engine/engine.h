@@ -182,15 +182,16 @@ class Engine {
   void set_synchronize_phases(bool on) { settings_.synchronize_phases = on; }
   MemoryRecord memory() const;
 
-  // Checkpoint state (parameters: the fp32 master), always in host memory: on a device
-  // backend the spans point into host copies the engine keeps. saved_spans: what this rank
-  // writes (disjoint across DP ranks, together covering [0, N)); valid until the next
-  // saved_spans of that kind or release_saved_spans. held_spans: everything this rank holds
-  // and must fill when loading; then call params_loaded (collective), which moves what was
-  // written to the device and re-derives the working copy from the master parameters.
+  // Checkpoint state (parameters: the fp32 master). saved_spans: what this rank writes
+  // (disjoint across DP ranks, together covering [0, N)), each span either host memory (data)
+  // or read on demand into host memory (read: state on a device, or offloaded to a file), so a
+  // save never copies the rank's whole state; valid until release_saved_spans. held_spans:
+  // everything this rank holds and must fill when loading, always host memory (on a device
+  // backend, host copies the engine keeps); then call params_loaded (collective), which moves
+  // what was written to the device and re-derives the working copy from the master parameters.
   std::vector<FlatSpan> saved_spans(StateKind kind);
   // The same spans in the backend's memory, copying nothing: for what a checkpoint's size needs.
-  std::vector<FlatSpan> saved_span_layout(StateKind kind) { return strategy_->saved_spans(kind); }
+  std::vector<FlatSpan> saved_span_layout(StateKind kind) { return strategy_->streamed_spans(kind); }
   void release_saved_spans();
   std::vector<FlatSpan> held_spans(StateKind kind);
   void params_loaded();
@@ -277,15 +278,15 @@ class Engine {
   std::vector<int64_t> spec_order_;
   std::vector<std::string> model_param_names_;
   LossScaler loss_scaler_;
-  // Host copies of checkpoint spans on a device backend, per StateKind.
+  // Host copies of the spans a load fills on a device backend, per StateKind.
   struct StagedSpan {
     FlatSpan device;
     std::vector<float> host;
   };
-  std::vector<StagedSpan> saving_[3], loading_[3];
-  // On a device backend: host copies of `spans` recorded in `staged` (filled from the device
-  // when download), returned in their place; on the CPU the spans themselves.
-  std::vector<FlatSpan> host_spans(std::vector<FlatSpan> spans, std::vector<StagedSpan>& staged, bool download);
+  std::vector<StagedSpan> loading_[3];
+  // On a device backend: host copies of `spans` (to be filled) recorded in `staged`, returned in
+  // their place; on the CPU the spans themselves.
+  std::vector<FlatSpan> host_spans(std::vector<FlatSpan> spans, std::vector<StagedSpan>& staged);
   int micro_batches_ = 1, micro_index_ = 0;
 };
 

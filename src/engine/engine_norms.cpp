@@ -44,15 +44,24 @@ double Engine::grad_norm_squared(const Tensor& grads) {
 int64_t Engine::first_nonfinite_spec(const std::vector<FlatSpan>& spans) {
   // A span's one sum of squares settles the common case; only a non-finite span is searched.
   // Offloaded state is host memory, which the backend's ops do not read on a device.
-  auto finite = [&](const float* data, int64_t count, bool on_host) {
-    if (!on_host) return std::isfinite(backend_.sum_squares(Tensor(const_cast<float*>(data), DType::F32, {count}, device())));
+  // State in a file is read a parameter at a time.
+  std::vector<float> read;
+  auto finite_at = [&](const FlatSpan& span, int64_t offset, int64_t count) {
+    const float* data = span.data + offset;
+    if (!span.data) {
+      read.resize(static_cast<size_t>(count));
+      span.read(offset, count, read.data());
+      data = read.data();
+    } else if (!span.on_host) {
+      return std::isfinite(backend_.sum_squares(Tensor(const_cast<float*>(data), DType::F32, {count}, device())));
+    }
     return std::all_of(data, data + count, [](float x) { return std::isfinite(x); });
   };
   int64_t first = -1;
   for (const FlatSpan& span : spans) {
-    if (finite(span.data, span.count, span.on_host)) continue;
+    if (span.data && finite_at(span, 0, span.count)) continue;
     for (const SpecSlice& s : slices_by_spec(specs_, span.flat_begin, span.count)) {
-      if (finite(span.data + s.span_offset, s.count, span.on_host)) continue;
+      if (finite_at(span, s.span_offset, s.count)) continue;
       const int64_t index = spec_order_[static_cast<size_t>(s.spec - specs_.data())];
       if (first < 0 || index < first) first = index;
       break;
@@ -74,8 +83,7 @@ std::string Engine::first_nonfinite_state() {
   const std::pair<StateKind, const char*> kinds[] = {
       {StateKind::Params, "model."}, {StateKind::ExpAvg, "optim.exp_avg."}, {StateKind::ExpAvgSq, "optim.exp_avg_sq."}};
   for (const auto& [kind, prefix] : kinds) {
-    const int64_t index = first_nonfinite_spec(strategy_->saved_spans(kind));
-    strategy_->release_state_copies();
+    const int64_t index = first_nonfinite_spec(strategy_->streamed_spans(kind));
     if (index >= 0) return prefix + model_param_names_[static_cast<size_t>(index)];
   }
   return "";

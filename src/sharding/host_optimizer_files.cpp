@@ -2,7 +2,9 @@
 // and moments in one file, piece by piece ([master | exp_avg | exp_avg_sq] of a piece, rounded up
 // to 4 KiB), read a few pieces ahead of the update and written behind it through a ring of
 // buffer_count buffers, so that host memory holds only those pieces, never the state.
+#include <algorithm>
 #include <future>
+#include <stdexcept>
 
 #include "core/direct_file.h"
 #include "sharding/strategies.h"
@@ -11,6 +13,7 @@ namespace strata {
 
 struct HostOptimizerState::Files {
   std::unique_ptr<DirectFile> file;
+  int64_t cached = -1;               // the piece whose record ring[0] holds (streamed saving), or -1
   std::vector<int64_t> offset;       // of each piece's record
   std::vector<AlignedBuffer> ring;   // buffer_count records
   std::vector<float> copies[3];      // checkpoint copies, per StateKind
@@ -56,6 +59,7 @@ void HostOptimizerState::open_files() {
 }
 
 void HostOptimizerState::update_files(AdamW& optimizer, Tensor grads, Tensor working) {
+  files_->cached = -1;  // the ring is the update's now, and the records change
   const size_t n = pieces_.size(), ring = files_->ring.size();
   std::vector<std::future<void>> reads(n), writes(n);
   auto record = [&](size_t k) { return files_->ring[k % ring].get(); };
@@ -89,6 +93,7 @@ float* HostOptimizerState::file_state(StateKind kind, bool for_loading) {
     return copy.data();
   }
   if (copy.empty()) {  // saving: the whole state read once, every kind at a time
+    files_->cached = -1;
     for (std::vector<float>& c : files_->copies) c.assign(static_cast<size_t>(shard_numel_), 0.0f);
     float* buffer = reinterpret_cast<float*>(files_->ring[0].get());
     for (size_t k = 0; k < pieces_.size(); ++k) {
@@ -102,7 +107,43 @@ float* HostOptimizerState::file_state(StateKind kind, bool for_loading) {
   return copy.data();
 }
 
+std::vector<FlatSpan> HostOptimizerState::file_spans(StateKind kind, const std::vector<OwnedRun>& runs) {
+  std::vector<FlatSpan> spans;
+  for (const OwnedRun& r : runs) {
+    FlatSpan span(r.flat_begin, r.count, nullptr, true);
+    const int64_t at = r.shard_offset;
+    span.read = [this, kind, at](int64_t offset, int64_t count, float* out) {
+      read_file_state(kind, at + offset, count, out);
+    };
+    spans.push_back(std::move(span));
+  }
+  return spans;
+}
+
+void HostOptimizerState::read_file_state(StateKind kind, int64_t shard_begin, int64_t count, float* out) {
+  const int64_t end = shard_begin + count;
+  // The first piece ending after shard_begin; pieces are in shard order.
+  size_t k = static_cast<size_t>(std::upper_bound(pieces_.begin(), pieces_.end(), shard_begin,
+                                                  [](int64_t at, const FlatRange& p) { return at < p.end; }) -
+                                 pieces_.begin());
+  float* record = reinterpret_cast<float*>(files_->ring[0].get());
+  for (int64_t at = shard_begin; at < end; ++k) {
+    if (k >= pieces_.size() || pieces_[k].begin > at)
+      throw std::logic_error("HostOptimizerState: a saved span outside the offloaded pieces");
+    const FlatRange& p = pieces_[k];
+    if (files_->cached != static_cast<int64_t>(k)) {
+      files_->file->read(files_->offset[k], record, files_->record_bytes(p.numel())).get();
+      files_->cached = static_cast<int64_t>(k);
+    }
+    const int64_t upto = std::min(end, p.end);
+    const float* from = record + static_cast<int64_t>(kind) * p.numel() + (at - p.begin);
+    std::copy(from, from + (upto - at), out + (at - shard_begin));
+    at = upto;
+  }
+}
+
 void HostOptimizerState::commit_copies() {
+  files_->cached = -1;
   if (!files_->present[static_cast<size_t>(StateKind::Params)])
     throw std::logic_error("HostOptimizerState: loading offloaded state needs its parameters");
   float* buffer = reinterpret_cast<float*>(files_->ring[0].get());

@@ -143,6 +143,11 @@ std::vector<FlatSpan> ShardedParams::saved_spans(StateKind kind) {
   return {};
 }
 
+std::vector<FlatSpan> ShardedParams::streamed_spans(StateKind kind) {
+  if (host_ && host_->in_files()) return host_->file_spans(kind, partition_->owned_runs());
+  return saved_spans(kind);
+}
+
 std::vector<FlatSpan> ShardedParams::gradient_spans() { return owned_spans(store_->grads().f32()); }
 
 MemoryRecord ShardedParams::memory() const {

@@ -208,6 +208,11 @@ std::vector<FlatSpan> ShardedState::saved_spans(StateKind kind) {
   return {};
 }
 
+std::vector<FlatSpan> ShardedState::streamed_spans(StateKind kind) {
+  if (host_ && host_->in_files()) return host_->file_spans(kind, partition_->owned_runs());
+  return saved_spans(kind);
+}
+
 std::vector<FlatSpan> ShardedState::held_spans(StateKind kind) {
   if (kind == StateKind::Params && model_holds_master()) return {{0, numel(), flat_params()}};
   if (host_) return host_spans(kind, true);

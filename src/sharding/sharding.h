@@ -97,10 +97,17 @@ enum class StateKind { Params, ExpAvg, ExpAvgSq };
 // when handed out by Engine's checkpoint methods; the backend's memory inside a strategy).
 // on_host: data is host memory on any backend (offloaded optimizer state).
 struct FlatSpan {
+  FlatSpan() = default;
+  FlatSpan(int64_t begin, int64_t n, float* values, bool host = false)
+      : flat_begin(begin), count(n), data(values), on_host(host) {}
   int64_t flat_begin = 0;
   int64_t count = 0;
   float* data = nullptr;
   bool on_host = false;
+  // data null: the values are read on demand instead, `count` of them from element `offset` of
+  // the span into host memory at `out` (state on a device or in a file, streamed into a
+  // checkpoint one tensor at a time).
+  std::function<void(int64_t offset, int64_t count, float* out)> read;
 };
 
 // Bytes a rank holds persistently; workspace is the transient memory the strategy declares
@@ -239,6 +246,9 @@ class ShardingStrategy {
   // What this rank writes to a checkpoint (disjoint across DP ranks, together covering [0, N)),
   // and everything it holds and must fill when loading; in the backend's memory.
   virtual std::vector<FlatSpan> saved_spans(StateKind kind) = 0;
+  // saved_spans for a checkpoint: where the state is in a file (offloaded to nvme), spans that
+  // read it on demand (FlatSpan::read) rather than copies of all of it.
+  virtual std::vector<FlatSpan> streamed_spans(StateKind kind) { return saved_spans(kind); }
   virtual std::vector<FlatSpan> held_spans(StateKind kind) = 0;
   // The reduced gradient this rank holds, as spans of the flat layout.
   virtual std::vector<FlatSpan> gradient_spans() = 0;

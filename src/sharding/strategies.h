@@ -43,6 +43,9 @@ class HostOptimizerState {
   // release_copies() or loaded().
   float* state(StateKind kind, AdamW& optimizer, bool for_loading);
   void release_copies();
+  // nvme: spans of `runs` (laid out as the shard) whose values are read from the file on demand.
+  bool in_files() const { return files_ != nullptr; }
+  std::vector<FlatSpan> file_spans(StateKind kind, const std::vector<OwnedRun>& runs);
   // After what state(…, true) handed out was written (init, load): on nvme into the file; then
   // working = the master rounded.
   void loaded(Tensor working, WorkingShardSink* sink = nullptr);
@@ -73,6 +76,8 @@ class HostOptimizerState {
   float* file_state(StateKind kind, bool for_loading);
   void commit_copies();
   const float* file_master(size_t k) const;
+  // `count` values of `kind` from shard element `shard_begin` on, out of the records that hold them.
+  void read_file_state(StateKind kind, int64_t shard_begin, int64_t count, float* out);
   Backend& backend_;
   OffloadSettings settings_;
   DType work_;
@@ -208,6 +213,7 @@ class ShardedState final : public FlatStrategy {
   bool grads_replicated() const override { return false; }
   void update(float lr, float grad_multiplier) override;
   std::vector<FlatSpan> saved_spans(StateKind kind) override;
+  std::vector<FlatSpan> streamed_spans(StateKind kind) override;
   std::vector<FlatSpan> held_spans(StateKind kind) override;
   std::vector<FlatSpan> gradient_spans() override { return owned_spans(nullptr, grads().f32()); }
   void release_state_copies() override {
@@ -259,6 +265,7 @@ class ShardedParams final : public ShardingStrategy {
   void update(float lr, float grad_multiplier) override;
   void params_loaded() override { refresh_working(false); }
   std::vector<FlatSpan> saved_spans(StateKind kind) override;
+  std::vector<FlatSpan> streamed_spans(StateKind kind) override;
   std::vector<FlatSpan> held_spans(StateKind kind) override;
   std::vector<FlatSpan> gradient_spans() override;
   void release_state_copies() override {

@@ -102,7 +102,7 @@ std::vector<TensorPiece> checkpoint_pieces(Engine& engine, const std::function<s
         if (!slice.spec->tp_sharded() && slice.spec->tp_rank != 0) continue;
         if (slice.spec->tied_copy) continue;
         const GlobalBoxes boxes = tp_global_boxes(*slice.spec, slice.begin, slice.count);
-        const float* data = span.data + slice.span_offset;
+        int64_t at = slice.span_offset;  // of the box in the span
         for (const ViewBox& box : boxes.boxes) {
           TensorPiece p;
           p.name = state_prefix(kind) + slice.spec->name;
@@ -111,8 +111,12 @@ std::vector<TensorPiece> checkpoint_pieces(Engine& engine, const std::function<s
           p.view_shape = boxes.view;
           p.offset = box.offset;
           p.shape = box.shape;
-          p.data = data;
-          data += box.numel();
+          if (span.data) {
+            p.data = span.data + at;
+          } else if (span.read) {
+            p.produce = [read = span.read, at, n = box.numel()](void* buffer) { read(at, n, static_cast<float*>(buffer)); };
+          }
+          at += box.numel();
           pieces.push_back(std::move(p));
         }
       }

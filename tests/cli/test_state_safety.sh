@@ -61,6 +61,13 @@ run_expect 1 "$STRATA" train --config "$WORK/inf.yaml" --set optimizer.params.lr
 expect_contains "$OUT" "not saving the checkpoint of step 1: model."
 expect_contains "$OUT" "holds a non-finite value"
 [ ! -e "$WORK/inf/latest" ] || fail "a non-finite state was saved"
+# The same with the state offloaded to a file, which the check reads a tensor at a time.
+mkdir -p "$WORK/nvme"
+run_expect 1 "$STRATA" train --config "$WORK/inf.yaml" --set optimizer.params.lr=3e38 --set zero_optimization.stage=1 \
+  --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme" \
+  --set checkpoint.dir="$WORK/inf_nvme"
+expect_contains "$OUT" "not saving the checkpoint of step 1: model."
+[ ! -e "$WORK/inf_nvme/latest" ] || fail "a non-finite state offloaded to a file was saved"
 
 # 3. Tampered manifests and latest files.
 write_small_config "$WORK/ok.yaml" "$WORK/data" "train: {iters: 4, seed: 3}" "checkpoint: {dir: \"$WORK/ok\"}"

@@ -11,8 +11,8 @@
 # other. On the CPU backend offload is a no-op that says so. offload_optimizer.device nvme keeps
 # the state in a file under nvme_path (read ahead and written behind in O_DIRECT pieces), on the
 # simulated device and on the CPU backend alike, bit for bit too; no file is left behind, and
-# the peak resident memory drops by the state that left it (test_offload_param.sh covers the
-# parameters). Stage 0, offloaded state larger than the node's memory, a missing or unwritable
+# the peak resident memory drops by the state that left it, saving a checkpoint included (the
+# state streams out a tensor at a time; test_offload_param.sh covers the parameters). Stage 0, offloaded state larger than the node's memory, a missing or unwritable
 # nvme_path, a file system without O_DIRECT (a preloaded shim plays one) and a file that cannot
 # be reserved are refused before the first step. A run offloading to nvme killed with SIGKILL
 # mid-run leaves no file and resumes bit for bit.
@@ -83,8 +83,31 @@ run cpu_backend_nvme 2 0 -- --set zero_optimization.stage=1 --set zero_optimizat
 big=(--set model.n_layer=4 --set model.d_model=512 --set model.n_head=8 --set zero_optimization.stage=1
   --set train.iters=2 --set gradient_accumulation_steps=1)
 run rss_none 1 0 -- "${big[@]}"
-run rss_nvme 1 0 -- "${big[@]}" --set zero_optimization.offload_optimizer.device=nvme \
-  --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme" --set zero_optimization.offload_optimizer.buffer_count=2
+nvme_big=("${big[@]}" --set zero_optimization.offload_optimizer.device=nvme
+  --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme" --set zero_optimization.offload_optimizer.buffer_count=2)
+run rss_nvme 1 0 -- "${nvme_big[@]}"
+# A checkpoint streams the file's state out a tensor at a time: a run that saves after each step
+# peaks at the resident memory of one that does not, give or take a quarter of the state (a save
+# that copied the state out whole would add all of it).
+peak_rss_bytes() {
+  python3 -c 'import resource, subprocess, sys
+code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT).returncode
+print(1024 * resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if code == 0 else -1)' "$@"
+}
+write_small_config "$WORK/rss_save.yaml" "$WORK/data" "train: {iters: 2, seed: 5}"
+plain=$(peak_rss_bytes "$STRATA" train --config "$WORK/rss_save.yaml" "${nvme_big[@]}")
+saving=$(peak_rss_bytes "$STRATA" train --config "$WORK/rss_save.yaml" "${nvme_big[@]}" \
+  --set checkpoint.dir="$WORK/ckpt_rss" --set checkpoint.save_interval=1)
+[ -f "$WORK/ckpt_rss/latest" ] || fail "the saving run wrote no checkpoint"
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK/rss_nvme.jsonl" "$plain" "$saving" <<'PY'
+import sys
+from equivalence import records
+state = records(sys.argv[1], "memory")[0]["ranks"][0]["nvme"]
+plain, saving = int(sys.argv[2]), int(sys.argv[3])
+print(f"peak resident memory {plain} B without checkpoints, {saving} B saving each step ({state} B of state on nvme)")
+if plain <= 0 or saving - plain > state / 4:
+    sys.exit(f"saving raised the peak resident memory by {saving - plain} B, the state is {state} B")
+PY
 
 # Checkpoints: saved at step 4 with offload (ZeRO 2, DP 2) and without; resumed without and with
 # offload (host memory, file) on the same layout, and on another (ZeRO 3, DP 4).
