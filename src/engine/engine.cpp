@@ -76,7 +76,7 @@ void Engine::init_weights(uint64_t seed) {
   // Whatever fp32 parameters this rank holds get their slices of the initial values.
   for (const FlatSpan& span : held_spans(StateKind::Params)) {
     for (const SpecSlice& s : slices_by_spec(specs_, span.flat_begin, span.count)) {
-      gpt_init_values(dims_, *s.spec, seed, s.begin, s.count, span.data + s.span_offset);
+      fill_span(span, s.span_offset, s.count, [&](float* out) { gpt_init_values(dims_, *s.spec, seed, s.begin, s.count, out); });
     }
   }
   params_loaded();
@@ -184,7 +184,7 @@ std::vector<FlatSpan> Engine::host_spans(std::vector<FlatSpan> spans, std::vecto
 }
 
 std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
-  std::vector<FlatSpan> spans = strategy_->streamed_spans(kind);
+  std::vector<FlatSpan> spans = strategy_->saved_spans(kind);
   if (backend_.device() == Device::CPU) return spans;
   for (FlatSpan& span : spans) {
     if (span.on_host || !span.data) continue;
@@ -200,8 +200,6 @@ std::vector<FlatSpan> Engine::saved_spans(StateKind kind) {
   }
   return spans;
 }
-
-void Engine::release_saved_spans() { strategy_->release_state_copies(); }
 
 std::vector<FlatSpan> Engine::held_spans(StateKind kind) {
   return host_spans(strategy_->held_spans(kind), loading_[static_cast<size_t>(kind)]);

@@ -185,14 +185,13 @@ class Engine {
   // Checkpoint state (parameters: the fp32 master). saved_spans: what this rank writes
   // (disjoint across DP ranks, together covering [0, N)), each span either host memory (data)
   // or read on demand into host memory (read: state on a device, or offloaded to a file), so a
-  // save never copies the rank's whole state; valid until release_saved_spans. held_spans:
-  // everything this rank holds and must fill when loading, always host memory (on a device
-  // backend, host copies the engine keeps); then call params_loaded (collective), which moves
-  // what was written to the device and re-derives the working copy from the master parameters.
+  // save never copies the rank's whole state. held_spans: everything this rank holds and must
+  // fill when loading (fill_span), host memory (on a device backend, host copies the engine
+  // keeps) or, for state in a file, written on demand; then call params_loaded (collective),
+  // which moves what was written to the device and re-derives the working copy from the master.
   std::vector<FlatSpan> saved_spans(StateKind kind);
   // The same spans in the backend's memory, copying nothing: for what a checkpoint's size needs.
-  std::vector<FlatSpan> saved_span_layout(StateKind kind) { return strategy_->streamed_spans(kind); }
-  void release_saved_spans();
+  std::vector<FlatSpan> saved_span_layout(StateKind kind) { return strategy_->saved_spans(kind); }
   std::vector<FlatSpan> held_spans(StateKind kind);
   void params_loaded();
   int64_t optimizer_steps() const { return strategy_->optimizer().steps_taken(); }

@@ -83,7 +83,7 @@ std::string Engine::first_nonfinite_state() {
   const std::pair<StateKind, const char*> kinds[] = {
       {StateKind::Params, "model."}, {StateKind::ExpAvg, "optim.exp_avg."}, {StateKind::ExpAvgSq, "optim.exp_avg_sq."}};
   for (const auto& [kind, prefix] : kinds) {
-    const int64_t index = first_nonfinite_spec(strategy_->streamed_spans(kind));
+    const int64_t index = first_nonfinite_spec(strategy_->saved_spans(kind));
     if (index >= 0) return prefix + model_param_names_[static_cast<size_t>(index)];
   }
   return "";

@@ -1,7 +1,8 @@
 // Offloaded optimizer state on a fast disk (offload_optimizer.device nvme): the shard's master
 // and moments in one file, piece by piece ([master | exp_avg | exp_avg_sq] of a piece, rounded up
 // to 4 KiB), read a few pieces ahead of the update and written behind it through a ring of
-// buffer_count buffers, so that host memory holds only those pieces, never the state.
+// buffer_count buffers, so that host memory holds only those pieces, never the state; checkpoints
+// read and write it a tensor at a time through a one-record cache.
 #include <algorithm>
 #include <future>
 #include <stdexcept>
@@ -13,11 +14,12 @@ namespace strata {
 
 struct HostOptimizerState::Files {
   std::unique_ptr<DirectFile> file;
-  int64_t cached = -1;               // the piece whose record ring[0] holds (streamed saving), or -1
   std::vector<int64_t> offset;       // of each piece's record
   std::vector<AlignedBuffer> ring;   // buffer_count records
-  std::vector<float> copies[3];      // checkpoint copies, per StateKind
-  bool present[3] = {false, false, false};  // copies being filled for loading
+  // Saving and loading go through ring[0] as a one-record cache: the piece it holds, or -1, and
+  // whether it was written to since it was read.
+  int64_t cached = -1;
+  bool dirty = false;
   size_t record_bytes(int64_t count) const { return static_cast<size_t>(align_up(3 * count * 4)); }
 };
 
@@ -59,6 +61,7 @@ void HostOptimizerState::open_files() {
 }
 
 void HostOptimizerState::update_files(AdamW& optimizer, Tensor grads, Tensor working) {
+  flush_cache();
   files_->cached = -1;  // the ring is the update's now, and the records change
   const size_t n = pieces_.size(), ring = files_->ring.size();
   std::vector<std::future<void>> reads(n), writes(n);
@@ -84,29 +87,6 @@ void HostOptimizerState::update_files(AdamW& optimizer, Tensor grads, Tensor wor
   }
 }
 
-float* HostOptimizerState::file_state(StateKind kind, bool for_loading) {
-  const size_t which = static_cast<size_t>(kind);
-  std::vector<float>& copy = files_->copies[which];
-  if (for_loading) {
-    copy.assign(static_cast<size_t>(shard_numel_), 0.0f);
-    files_->present[which] = true;
-    return copy.data();
-  }
-  if (copy.empty()) {  // saving: the whole state read once, every kind at a time
-    files_->cached = -1;
-    for (std::vector<float>& c : files_->copies) c.assign(static_cast<size_t>(shard_numel_), 0.0f);
-    float* buffer = reinterpret_cast<float*>(files_->ring[0].get());
-    for (size_t k = 0; k < pieces_.size(); ++k) {
-      const FlatRange& p = pieces_[k];
-      files_->file->read(files_->offset[k], buffer, files_->record_bytes(p.numel())).get();
-      for (size_t j = 0; j < 3; ++j) {
-        std::copy(buffer + j * p.numel(), buffer + (j + 1) * p.numel(), files_->copies[j].data() + p.begin);
-      }
-    }
-  }
-  return copy.data();
-}
-
 std::vector<FlatSpan> HostOptimizerState::file_spans(StateKind kind, const std::vector<OwnedRun>& runs) {
   std::vector<FlatSpan> spans;
   for (const OwnedRun& r : runs) {
@@ -115,63 +95,67 @@ std::vector<FlatSpan> HostOptimizerState::file_spans(StateKind kind, const std::
     span.read = [this, kind, at](int64_t offset, int64_t count, float* out) {
       read_file_state(kind, at + offset, count, out);
     };
+    span.write = [this, kind, at](int64_t offset, int64_t count, const float* in) {
+      write_file_state(kind, at + offset, count, in);
+    };
     spans.push_back(std::move(span));
   }
   return spans;
 }
 
-void HostOptimizerState::read_file_state(StateKind kind, int64_t shard_begin, int64_t count, float* out) {
-  const int64_t end = shard_begin + count;
-  // The first piece ending after shard_begin; pieces are in shard order.
-  size_t k = static_cast<size_t>(std::upper_bound(pieces_.begin(), pieces_.end(), shard_begin,
-                                                  [](int64_t at, const FlatRange& p) { return at < p.end; }) -
-                                 pieces_.begin());
+float* HostOptimizerState::cached_record(size_t k) {
   float* record = reinterpret_cast<float*>(files_->ring[0].get());
-  for (int64_t at = shard_begin; at < end; ++k) {
-    if (k >= pieces_.size() || pieces_[k].begin > at)
-      throw std::logic_error("HostOptimizerState: a saved span outside the offloaded pieces");
+  if (files_->cached != static_cast<int64_t>(k)) {
+    flush_cache();
+    files_->file->read(files_->offset[k], record, files_->record_bytes(pieces_[k].numel())).get();
+    files_->cached = static_cast<int64_t>(k);
+  }
+  return record;
+}
+
+void HostOptimizerState::flush_cache() {
+  if (!files_->dirty) return;
+  const size_t k = static_cast<size_t>(files_->cached);
+  files_->file->write(files_->offset[k], files_->ring[0].get(), files_->record_bytes(pieces_[k].numel())).get();
+  files_->dirty = false;
+}
+
+namespace {
+
+// Calls at(k, begin, end) for each piece k holding part [begin, end) of shard range [first, first
+// + count); pieces are in shard order.
+template <typename At>
+void for_each_piece(const std::vector<FlatRange>& pieces, int64_t first, int64_t count, At at) {
+  const int64_t end = first + count;
+  size_t k = static_cast<size_t>(
+      std::upper_bound(pieces.begin(), pieces.end(), first, [](int64_t x, const FlatRange& p) { return x < p.end; }) -
+      pieces.begin());
+  for (int64_t pos = first; pos < end; ++k) {
+    if (k >= pieces.size() || pieces[k].begin > pos)
+      throw std::logic_error("HostOptimizerState: a span outside the offloaded pieces");
+    const int64_t upto = std::min(end, pieces[k].end);
+    at(k, pos, upto);
+    pos = upto;
+  }
+}
+
+}  // namespace
+
+void HostOptimizerState::read_file_state(StateKind kind, int64_t shard_begin, int64_t count, float* out) {
+  for_each_piece(pieces_, shard_begin, count, [&](size_t k, int64_t begin, int64_t end) {
     const FlatRange& p = pieces_[k];
-    if (files_->cached != static_cast<int64_t>(k)) {
-      files_->file->read(files_->offset[k], record, files_->record_bytes(p.numel())).get();
-      files_->cached = static_cast<int64_t>(k);
-    }
-    const int64_t upto = std::min(end, p.end);
-    const float* from = record + static_cast<int64_t>(kind) * p.numel() + (at - p.begin);
-    std::copy(from, from + (upto - at), out + (at - shard_begin));
-    at = upto;
-  }
+    const float* from = cached_record(k) + static_cast<int64_t>(kind) * p.numel() + (begin - p.begin);
+    std::copy(from, from + (end - begin), out + (begin - shard_begin));
+  });
 }
 
-void HostOptimizerState::commit_copies() {
-  files_->cached = -1;
-  if (!files_->present[static_cast<size_t>(StateKind::Params)])
-    throw std::logic_error("HostOptimizerState: loading offloaded state needs its parameters");
-  float* buffer = reinterpret_cast<float*>(files_->ring[0].get());
-  for (size_t k = 0; k < pieces_.size(); ++k) {
+void HostOptimizerState::write_file_state(StateKind kind, int64_t shard_begin, int64_t count, const float* in) {
+  for_each_piece(pieces_, shard_begin, count, [&](size_t k, int64_t begin, int64_t end) {
     const FlatRange& p = pieces_[k];
-    const size_t bytes = files_->record_bytes(p.numel());
-    // Kinds not loaded (a fresh start loads only the parameters) keep the file's values.
-    if (!(files_->present[0] && files_->present[1] && files_->present[2]))
-      files_->file->read(files_->offset[k], buffer, bytes).get();
-    for (size_t j = 0; j < 3; ++j) {
-      if (!files_->present[j]) continue;
-      const float* from = files_->copies[j].data() + p.begin;
-      std::copy(from, from + p.numel(), buffer + j * p.numel());
-    }
-    files_->file->write(files_->offset[k], buffer, bytes).get();
-  }
-}
-
-const float* HostOptimizerState::file_master(size_t k) const {
-  return files_->copies[static_cast<size_t>(StateKind::Params)].data() + pieces_[k].begin;
-}
-
-void HostOptimizerState::release_copies() {
-  if (!files_) return;
-  for (size_t j = 0; j < 3; ++j) {
-    files_->copies[j] = std::vector<float>();
-    files_->present[j] = false;
-  }
+    float* to = cached_record(k) + static_cast<int64_t>(kind) * p.numel() + (begin - p.begin);
+    std::copy(in + (begin - shard_begin), in + (end - shard_begin), to);
+    files_->dirty = true;
+  });
 }
 
 }  // namespace strata

@@ -106,18 +106,21 @@ void HostOptimizerState::transfer_pieces(Tensor grads, Tensor working, const std
   if (sink_) sink_->finish();
 }
 
-float* HostOptimizerState::state(StateKind kind, AdamW& optimizer, bool for_loading) {
-  if (files_) return file_state(kind, for_loading);
+std::vector<FlatSpan> HostOptimizerState::spans(StateKind kind, AdamW& optimizer, const std::vector<OwnedRun>& runs) {
+  if (files_) return file_spans(kind, runs);
+  float* shard = nullptr;
   switch (kind) {
-    case StateKind::Params: return static_cast<float*>(master_.data());
-    case StateKind::ExpAvg: return optimizer.exp_avg().f32();
-    case StateKind::ExpAvgSq: return optimizer.exp_avg_sq().f32();
+    case StateKind::Params: shard = static_cast<float*>(master_.data()); break;
+    case StateKind::ExpAvg: shard = optimizer.exp_avg().f32(); break;
+    case StateKind::ExpAvgSq: shard = optimizer.exp_avg_sq().f32(); break;
   }
-  return nullptr;
+  std::vector<FlatSpan> spans;
+  for (const OwnedRun& r : runs) spans.emplace_back(r.flat_begin, r.count, shard + r.shard_offset, /*host=*/true);
+  return spans;
 }
 
 void HostOptimizerState::loaded(Tensor working, WorkingShardSink* sink) {
-  if (files_) commit_copies();
+  if (files_) flush_cache();
   target(working, sink);
   // The master rounded into the working shard: in place when it is host memory, else piece by
   // piece through the staging buffers.
@@ -130,11 +133,10 @@ void HostOptimizerState::loaded(Tensor working, WorkingShardSink* sink) {
   }
   if (sink_) sink_->finish();
   backend_.synchronize();
-  release_copies();
 }
 
-const float* HostOptimizerState::master_of(size_t k) const {
-  if (files_) return file_master(k);
+const float* HostOptimizerState::master_of(size_t k) {
+  if (files_) return cached_record(k);  // the record starts with the master
   return static_cast<const float*>(master_.data()) + pieces_[k].begin;
 }
 

@@ -123,29 +123,22 @@ std::vector<FlatSpan> ShardedParams::owned_spans(float* shard) const {
   return spans_of(partition_->owned_runs(), nullptr, shard);
 }
 
-std::vector<FlatSpan> ShardedParams::host_spans(StateKind kind, bool for_loading) {
-  std::vector<FlatSpan> spans = owned_spans(host_->state(kind, *optimizer_, for_loading));
-  for (FlatSpan& span : spans) span.on_host = true;
-  return spans;
+std::vector<FlatSpan> ShardedParams::host_spans(StateKind kind) {
+  return host_->spans(kind, *optimizer_, partition_->owned_runs());
 }
 
 std::vector<FlatSpan> ShardedParams::held_spans(StateKind kind) {
-  return host_ ? host_spans(kind, true) : saved_spans(kind);
+  return host_ ? host_spans(kind) : saved_spans(kind);
 }
 
 std::vector<FlatSpan> ShardedParams::saved_spans(StateKind kind) {
-  if (host_) return host_spans(kind, false);
+  if (host_) return host_spans(kind);
   switch (kind) {
     case StateKind::Params: return owned_spans(store_->params().f32());
     case StateKind::ExpAvg: return owned_spans(optimizer_->exp_avg().f32());
     case StateKind::ExpAvgSq: return owned_spans(optimizer_->exp_avg_sq().f32());
   }
   return {};
-}
-
-std::vector<FlatSpan> ShardedParams::streamed_spans(StateKind kind) {
-  if (host_ && host_->in_files()) return host_->file_spans(kind, partition_->owned_runs());
-  return saved_spans(kind);
 }
 
 std::vector<FlatSpan> ShardedParams::gradient_spans() { return owned_spans(store_->grads().f32()); }

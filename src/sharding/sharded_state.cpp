@@ -190,14 +190,12 @@ void ShardedState::refresh_working(bool working_current) {
   *comm_wait_ += wait.seconds();
 }
 
-std::vector<FlatSpan> ShardedState::host_spans(StateKind kind, bool for_loading) {
-  std::vector<FlatSpan> spans = owned_spans(nullptr, host_->state(kind, *optimizer_, for_loading));
-  for (FlatSpan& span : spans) span.on_host = true;
-  return spans;
+std::vector<FlatSpan> ShardedState::host_spans(StateKind kind) {
+  return host_->spans(kind, *optimizer_, partition_->owned_runs());
 }
 
 std::vector<FlatSpan> ShardedState::saved_spans(StateKind kind) {
-  if (host_) return host_spans(kind, false);
+  if (host_) return host_spans(kind);
   switch (kind) {
     // fp32: the model's flat parameters are the master; mixed: the shard.
     case StateKind::Params:
@@ -208,14 +206,9 @@ std::vector<FlatSpan> ShardedState::saved_spans(StateKind kind) {
   return {};
 }
 
-std::vector<FlatSpan> ShardedState::streamed_spans(StateKind kind) {
-  if (host_ && host_->in_files()) return host_->file_spans(kind, partition_->owned_runs());
-  return saved_spans(kind);
-}
-
 std::vector<FlatSpan> ShardedState::held_spans(StateKind kind) {
   if (kind == StateKind::Params && model_holds_master()) return {{0, numel(), flat_params()}};
-  if (host_) return host_spans(kind, true);
+  if (host_) return host_spans(kind);
   return saved_spans(kind);
 }
 

@@ -104,11 +104,24 @@ struct FlatSpan {
   int64_t count = 0;
   float* data = nullptr;
   bool on_host = false;
-  // data null: the values are read on demand instead, `count` of them from element `offset` of
-  // the span into host memory at `out` (state on a device or in a file, streamed into a
-  // checkpoint one tensor at a time).
+  // data null: the values are read and written on demand instead, `count` of them from element
+  // `offset` of the span, out of or into host memory (state on a device or in a file, streamed
+  // into a checkpoint or out of one a tensor at a time).
   std::function<void(int64_t offset, int64_t count, float* out)> read;
+  std::function<void(int64_t offset, int64_t count, const float* in)> write;
 };
+
+// Sets `count` values of `span` from element `offset` on to what `fill` writes into host memory:
+// in place, or through a scratch copy when the span is written on demand.
+inline void fill_span(const FlatSpan& span, int64_t offset, int64_t count, const std::function<void(float*)>& fill) {
+  if (span.data) {
+    fill(span.data + offset);
+    return;
+  }
+  std::vector<float> scratch(static_cast<size_t>(count));
+  fill(scratch.data());
+  span.write(offset, count, scratch.data());
+}
 
 // Bytes a rank holds persistently; workspace is the transient memory the strategy declares
 // (staging for collectives, stage 2's full-size gradient scratch, stage 3's gathered groups).
@@ -244,18 +257,14 @@ class ShardingStrategy {
   // After held_spans were written (init, load; collective): re-derive the working copy.
   virtual void params_loaded() = 0;
   // What this rank writes to a checkpoint (disjoint across DP ranks, together covering [0, N)),
-  // and everything it holds and must fill when loading; in the backend's memory.
+  // and everything it holds and must fill when loading; in the backend's memory, host memory
+  // (offloaded), or, for state in a file, read and written on demand (FlatSpan::read, write).
   virtual std::vector<FlatSpan> saved_spans(StateKind kind) = 0;
-  // saved_spans for a checkpoint: where the state is in a file (offloaded to nvme), spans that
-  // read it on demand (FlatSpan::read) rather than copies of all of it.
-  virtual std::vector<FlatSpan> streamed_spans(StateKind kind) { return saved_spans(kind); }
   virtual std::vector<FlatSpan> held_spans(StateKind kind) = 0;
   // The reduced gradient this rank holds, as spans of the flat layout.
   virtual std::vector<FlatSpan> gradient_spans() = 0;
   // Everything but the activations.
   virtual MemoryRecord memory() const = 0;
-  // Spans handed out for saving may be copies (state offloaded to files): frees them.
-  virtual void release_state_copies() {}
 
  protected:
   ShardingStrategy() = default;

@@ -38,16 +38,11 @@ class HostOptimizerState {
   // master rounded to its dtype, or, given a sink (working then undefined), the sink does.
   void update(AdamW& optimizer, Tensor grads, Tensor working, float lr, float grad_multiplier,
               WorkingShardSink* sink = nullptr);
-  // Host memory laid out like the shard holding `kind`: the state itself, or on nvme a copy
-  // (read from the file for saving; zeros to be filled for loading), kept until
-  // release_copies() or loaded().
-  float* state(StateKind kind, AdamW& optimizer, bool for_loading);
-  void release_copies();
-  // nvme: spans of `runs` (laid out as the shard) whose values are read from the file on demand.
-  bool in_files() const { return files_ != nullptr; }
-  std::vector<FlatSpan> file_spans(StateKind kind, const std::vector<OwnedRun>& runs);
-  // After what state(…, true) handed out was written (init, load): on nvme into the file; then
-  // working = the master rounded.
+  // The spans of `runs` (laid out as the shard) holding `kind`: host memory, or on nvme spans
+  // whose values are read from the file and written to it on demand (FlatSpan::read, write), so
+  // that saving and loading never hold the state.
+  std::vector<FlatSpan> spans(StateKind kind, AdamW& optimizer, const std::vector<OwnedRun>& runs);
+  // After the spans were written (init, load): working = the master rounded.
   void loaded(Tensor working, WorkingShardSink* sink = nullptr);
   // host: the master and moments (or the file's buffers) and the staging; nvme: the state's
   // bytes in the file.
@@ -70,14 +65,16 @@ class HostOptimizerState {
   // Where piece k's rounded parameters go: the sink's memory, the host working shard itself, or a
   // staging buffer.
   void* rounded_target(size_t k) const;
-  const float* master_of(size_t k) const;
+  const float* master_of(size_t k);
   // nvme (host_optimizer_files.cpp).
   void open_files();
-  float* file_state(StateKind kind, bool for_loading);
-  void commit_copies();
-  const float* file_master(size_t k) const;
-  // `count` values of `kind` from shard element `shard_begin` on, out of the records that hold them.
+  std::vector<FlatSpan> file_spans(StateKind kind, const std::vector<OwnedRun>& runs);
+  // `count` values of `kind` from shard element `shard_begin` on, out of (or into) the records
+  // that hold them, through a one-record cache (written back when another record is needed).
   void read_file_state(StateKind kind, int64_t shard_begin, int64_t count, float* out);
+  void write_file_state(StateKind kind, int64_t shard_begin, int64_t count, const float* in);
+  float* cached_record(size_t k);  // piece k's record, in the cache
+  void flush_cache();
   Backend& backend_;
   OffloadSettings settings_;
   DType work_;
@@ -213,12 +210,8 @@ class ShardedState final : public FlatStrategy {
   bool grads_replicated() const override { return false; }
   void update(float lr, float grad_multiplier) override;
   std::vector<FlatSpan> saved_spans(StateKind kind) override;
-  std::vector<FlatSpan> streamed_spans(StateKind kind) override;
   std::vector<FlatSpan> held_spans(StateKind kind) override;
   std::vector<FlatSpan> gradient_spans() override { return owned_spans(nullptr, grads().f32()); }
-  void release_state_copies() override {
-    if (host_) host_->release_copies();
-  }
   MemoryRecord memory() const override;
   static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size, bool every_micro_batch);
 
@@ -231,7 +224,7 @@ class ShardedState final : public FlatStrategy {
   Tensor reduction_output(const PartitionUnit& u) const;
   // The shard the all-gather reads: the rounded master (mixed) or the fp32 parameters.
   Tensor working_shard() const;
-  std::vector<FlatSpan> host_spans(StateKind kind, bool for_loading);
+  std::vector<FlatSpan> host_spans(StateKind kind);
   bool every_micro_batch_;
   bool pending_ = false;  // stage 2: recv_ holds a micro-batch's reduction to accumulate
   bool widen_ = false;    // 16-bit comm_dtype: shard_twin_ holds reductions still to widen
@@ -265,19 +258,15 @@ class ShardedParams final : public ShardingStrategy {
   void update(float lr, float grad_multiplier) override;
   void params_loaded() override { refresh_working(false); }
   std::vector<FlatSpan> saved_spans(StateKind kind) override;
-  std::vector<FlatSpan> streamed_spans(StateKind kind) override;
   std::vector<FlatSpan> held_spans(StateKind kind) override;
   std::vector<FlatSpan> gradient_spans() override;
-  void release_state_copies() override {
-    if (host_) host_->release_copies();
-  }
   MemoryRecord memory() const override;
   static MemoryRecord estimate(const ShardingSettings& settings, const LayoutSize& size, const Stage3Plan& plan);
 
  private:
   void refresh_working(bool working_current);
   std::vector<FlatSpan> owned_spans(float* shard) const;
-  std::vector<FlatSpan> host_spans(StateKind kind, bool for_loading);
+  std::vector<FlatSpan> host_spans(StateKind kind);
   Backend& backend_;
   ShardingSettings settings_;
   std::unique_ptr<FlatPartition> partition_;

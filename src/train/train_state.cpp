@@ -166,7 +166,6 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
   }
   const std::string dir = save_checkpoint(cfg.checkpoint.dir, step, context, pieces, rank_state, meta,
                                           cfg.checkpoint.keep_last);
-  engine.release_saved_spans();
   return dir;
 }
 
@@ -189,8 +188,9 @@ LoopState read_loop_state(const CheckpointReader& reader, const std::string& sou
     for (const ParamSpec& spec : specs) check_saved_shape(reader, state_prefix(kind) + spec.name, spec, dims.vocab_size);
     for (const FlatSpan& span : engine.held_spans(kind)) {
       for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
-        read_slice(reader, state_prefix(kind) + slice.spec->name, slice, dims.vocab_size, dims.d_model,
-                   span.data + slice.span_offset);
+        fill_span(span, slice.span_offset, slice.count, [&](float* out) {
+          read_slice(reader, state_prefix(kind) + slice.spec->name, slice, dims.vocab_size, dims.d_model, out);
+        });
       }
     }
   }
@@ -261,8 +261,9 @@ void read_pretrained_weights(const std::string& dir, Engine& engine) {
   }
   for (const FlatSpan& span : engine.held_spans(StateKind::Params)) {
     for (const SpecSlice& slice : slices_by_spec(specs, span.flat_begin, span.count)) {
-      read_slice(reader, "model." + slice.spec->name, slice, dims.vocab_size, dims.d_model,
-                 span.data + slice.span_offset);
+      fill_span(span, slice.span_offset, slice.count, [&](float* out) {
+        read_slice(reader, "model." + slice.spec->name, slice, dims.vocab_size, dims.d_model, out);
+      });
     }
   }
 }

@@ -11,8 +11,8 @@
 # other. On the CPU backend offload is a no-op that says so. offload_optimizer.device nvme keeps
 # the state in a file under nvme_path (read ahead and written behind in O_DIRECT pieces), on the
 # simulated device and on the CPU backend alike, bit for bit too; no file is left behind, and
-# the peak resident memory drops by the state that left it, saving a checkpoint included (the
-# state streams out a tensor at a time; test_offload_param.sh covers the parameters). Stage 0, offloaded state larger than the node's memory, a missing or unwritable
+# the peak resident memory drops by the state that left it, saving and resuming a checkpoint
+# included (the state streams a tensor at a time; test_offload_param.sh covers the parameters). Stage 0, offloaded state larger than the node's memory, a missing or unwritable
 # nvme_path, a file system without O_DIRECT (a preloaded shim plays one) and a file that cannot
 # be reserved are refused before the first step. A run offloading to nvme killed with SIGKILL
 # mid-run leaves no file and resumes bit for bit.
@@ -86,9 +86,9 @@ run rss_none 1 0 -- "${big[@]}"
 nvme_big=("${big[@]}" --set zero_optimization.offload_optimizer.device=nvme
   --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme" --set zero_optimization.offload_optimizer.buffer_count=2)
 run rss_nvme 1 0 -- "${nvme_big[@]}"
-# A checkpoint streams the file's state out a tensor at a time: a run that saves after each step
-# peaks at the resident memory of one that does not, give or take a quarter of the state (a save
-# that copied the state out whole would add all of it).
+# A checkpoint streams the file's state out and back in a tensor at a time: a run that saves after
+# each step, and one that resumes, peak at the resident memory of one that does neither, give or
+# take a quarter of the state (copying the state out or in whole would add all of it).
 peak_rss_bytes() {
   python3 -c 'import resource, subprocess, sys
 code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT).returncode
@@ -99,14 +99,18 @@ plain=$(peak_rss_bytes "$STRATA" train --config "$WORK/rss_save.yaml" "${nvme_bi
 saving=$(peak_rss_bytes "$STRATA" train --config "$WORK/rss_save.yaml" "${nvme_big[@]}" \
   --set checkpoint.dir="$WORK/ckpt_rss" --set checkpoint.save_interval=1)
 [ -f "$WORK/ckpt_rss/latest" ] || fail "the saving run wrote no checkpoint"
-PYTHONPATH="$SRC/tests/lib" python3 - "$WORK/rss_nvme.jsonl" "$plain" "$saving" <<'PY'
+resumed=$(peak_rss_bytes "$STRATA" train --config "$WORK/rss_save.yaml" "${nvme_big[@]}" --set train.iters=3 \
+  --set checkpoint.resume="$WORK/ckpt_rss/step_00000002")
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK/rss_nvme.jsonl" "$plain" "$saving" "$resumed" <<'PY'
 import sys
 from equivalence import records
 state = records(sys.argv[1], "memory")[0]["ranks"][0]["nvme"]
-plain, saving = int(sys.argv[2]), int(sys.argv[3])
-print(f"peak resident memory {plain} B without checkpoints, {saving} B saving each step ({state} B of state on nvme)")
-if plain <= 0 or saving - plain > state / 4:
-    sys.exit(f"saving raised the peak resident memory by {saving - plain} B, the state is {state} B")
+plain, saving, resumed = (int(x) for x in sys.argv[2:5])
+print(f"peak resident memory {plain} B without checkpoints, {saving} B saving each step, {resumed} B resuming "
+      f"({state} B of state on nvme)")
+for what, peak in (("saving", saving), ("resuming", resumed)):
+    if plain <= 0 or peak - plain > state / 4:
+        sys.exit(f"{what} raised the peak resident memory by {peak - plain} B, the state is {state} B")
 PY
 
 # Checkpoints: saved at step 4 with offload (ZeRO 2, DP 2) and without; resumed without and with
