@@ -2,7 +2,7 @@
 # GPU timing in one short call, for a machine lent for a few minutes: builds only what it times
 # (strata, gpu_ops, bench_kernels), runs the GPU op tests, the per-kernel table, GPT-2 124M,
 # GPT-2 1558M at ZeRO 1 with and without offload_optimizer cpu, a 4.0B-parameter model that fits
-# one GPU only with offload, and, with what time is left, PyTorch's GPT-2 124M and SDPA beside them.
+# one GPU only with offload (the optimizer, then the parameters too), and, with what time is left, PyTorch's GPT-2 124M and SDPA beside them.
 # Every step runs under its own time limit from one budget; a summary comes last.
 #
 # Usage: scripts/gpu_timing.sh OUTDIR
@@ -52,6 +52,11 @@ train strata_4b_z3 30 gpt2-1558m.yaml 4 1 1 "${four_b[@]}"
 grep -iE 'memory|GiB' "$out/strata_4b_z3.log" | tail -n 4 | tee -a "$summary"
 train strata_4b_z3_offload 150 gpt2-1558m.yaml 5 1 1 "${four_b[@]}" \
   --set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_optimizer.pin_memory=true
+# The same with the parameter shard in host memory too: each layer group's piece goes up before
+# its gather, on the communicator's stream, beside the compute.
+train strata_4b_z3_offload_param 150 gpt2-1558m.yaml 5 1 1 "${four_b[@]}" \
+  --set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_optimizer.pin_memory=true \
+  --set zero_optimization.offload_param.device=cpu --set zero_optimization.offload_param.pin_memory=true
 
 [ -n "${STRATA_TIMING_TRAIN_ONLY:-}" ] || step gpu_ops 110 "$build/tests/gpu/gpu_ops" --durations yes
 grep -E '^(All tests passed|test cases:|assertions:)' "$out/gpu_ops.log" | tee -a "$summary"
