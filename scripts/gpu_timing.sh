@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU timing in one short call, for a machine lent for a few minutes: builds only what it times
 # (strata, gpu_ops, bench_kernels), runs the GPU op tests, the per-kernel table, GPT-2 124M,
-# GPT-2 1558M at ZeRO 1 with and without offload_optimizer cpu, a 4.0B-parameter model that fits
-# one GPU only with offload (the optimizer, then the parameters too), and, with what time is left, PyTorch's GPT-2 124M and SDPA beside them.
+# GPT-2 1558M at ZeRO 1 with and without offload_optimizer cpu, a 4.0B-parameter model at ZeRO 3
+# without offload, with the optimizer offloaded and with the parameters too, a 7.0B model that
+# fits one GPU only with offload, and, with what time is left, PyTorch's GPT-2 124M and SDPA beside them.
 # Every step runs under its own time limit from one budget; a summary comes last.
 #
 # Usage: scripts/gpu_timing.sh OUTDIR
@@ -48,7 +49,7 @@ train strata_1558m_z1 90 gpt2-1558m.yaml 8 8 8 --set zero_optimization.stage=1
 train strata_1558m_z1_offload 120 gpt2-1558m.yaml 8 8 8 --set zero_optimization.stage=1 \
   --set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_optimizer.pin_memory=true
 four_b=(--set model.n_layer=128 --set model.recompute=full --set zero_optimization.stage=3)
-train strata_4b_z3 30 gpt2-1558m.yaml 4 1 1 "${four_b[@]}"
+train strata_4b_z3 60 gpt2-1558m.yaml 5 1 1 "${four_b[@]}"
 grep -iE 'memory|GiB' "$out/strata_4b_z3.log" | tail -n 4 | tee -a "$summary"
 train strata_4b_z3_offload 150 gpt2-1558m.yaml 5 1 1 "${four_b[@]}" \
   --set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_optimizer.pin_memory=true
@@ -57,6 +58,12 @@ train strata_4b_z3_offload 150 gpt2-1558m.yaml 5 1 1 "${four_b[@]}" \
 train strata_4b_z3_offload_param 150 gpt2-1558m.yaml 5 1 1 "${four_b[@]}" \
   --set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_optimizer.pin_memory=true \
   --set zero_optimization.offload_param.device=cpu --set zero_optimization.offload_param.pin_memory=true
+# 7.0B (224 layers): 118.5 GiB without offload, 27.6 GiB on the GPU and 90.9 GiB of host memory
+# with both offloads.
+train strata_7b_z3_offload_param 240 gpt2-1558m.yaml 4 1 1 --set model.n_layer=224 --set model.recompute=full \
+  --set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu \
+  --set zero_optimization.offload_optimizer.pin_memory=true --set zero_optimization.offload_param.device=cpu \
+  --set zero_optimization.offload_param.pin_memory=true
 
 [ -n "${STRATA_TIMING_TRAIN_ONLY:-}" ] || step gpu_ops 110 "$build/tests/gpu/gpu_ops" --durations yes
 grep -E '^(All tests passed|test cases:|assertions:)' "$out/gpu_ops.log" | tee -a "$summary"

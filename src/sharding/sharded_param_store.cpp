@@ -37,7 +37,7 @@ ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vect
     params_ = gathered_shard(shard_bytes);
   }
   grads_ = backend_.allocate(shard_bytes);
-  recv_ = backend_.allocate(shard_bytes);
+  if (!folds_gradients()) recv_ = backend_.allocate(shard_bytes);
   int64_t widest_layer = 0;
   for (size_t g = 1; g < units_.size(); ++g) widest_layer = std::max(widest_layer, units_[g].padded);
   auto make_pool = [&](std::vector<Slot>& pool, int count, int64_t elements, DType dtype) {
@@ -265,8 +265,14 @@ void ShardedParamStore::release_grads(int group) {
   for (Slot& s : pool) {
     if (s.in_use && s.group == group) {
       s.in_use = false;
-      s.issued = ++reductions_issued_;
       const PartitionUnit& u = units_[static_cast<size_t>(group)];
+      if (folds_gradients()) {
+        Tensor acc = piece(grads_, DType::F32, group);
+        backend_.add(acc, acc, s.buffer.view(0, DType::F32, {u.piece}));
+        s.group = -1;
+        return;
+      }
+      s.issued = ++reductions_issued_;
       const Tensor grads = s.buffer.view(0, DType::F32, {u.padded});
       if (comm_dtype_ == DType::F32) {
         s.pending = dp_.reduce_scatter_async(grads, piece(recv_, DType::F32, group), ReduceOp::Sum);

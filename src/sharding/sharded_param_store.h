@@ -154,6 +154,9 @@ class ShardedParamStore final : public ParamStore {
   };
   bool is_embedding(int group) const { return group == 0; }
   bool mixed() const { return work_dtype_ != DType::F32; }
+  // One data-parallel rank reducing in fp32: the reduce-scatter would be a copy, so a released
+  // gradient is added straight into the accumulator, and there is no landing area.
+  bool folds_gradients() const { return dp_.size() == 1 && comm_dtype_ == DType::F32; }
   Slot* find_param_slot(int group);
   Slot& free_slot(std::vector<Slot>& pool, int group);
   void start_gather(Slot& slot, int group);

@@ -173,9 +173,12 @@ MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const Lay
   } else {
     m.optimizer = 2 * size.shard * f + (settings.precision != DType::F32 ? size.shard * f : 0);
   }
-  // The reduce-scatter landing area, and the gathered groups: the embeddings in one slot, the
-  // others in two (one when nothing can be prefetched) for parameters, two for gradients.
-  m.workspace = size.shard * f + size.embedding_group * (w + f) + size.widest_group * (plan.layer_slots * w + 2 * f);
+  // The reduce-scatter landing area (none at DP 1 in fp32, where gradients are added in place),
+  // and the gathered groups: the embeddings in one slot, the others in two (one when nothing can
+  // be prefetched) for parameters, two for gradients.
+  const bool folds = size.dp == 1 && settings.comm_dtype == DType::F32;
+  m.workspace = (folds ? 0 : size.shard * f) + size.embedding_group * (w + f) +
+                size.widest_group * (plan.layer_slots * w + 2 * f);
   // A 16-bit comm_dtype: twins of the gradient slots and of the landing area.
   const int64_t c = static_cast<int64_t>(dtype_size(settings.comm_dtype));
   if (settings.comm_dtype != DType::F32) m.workspace += (size.shard + size.embedding_group + 2 * size.widest_group) * c;
