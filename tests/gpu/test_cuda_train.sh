@@ -11,7 +11,8 @@
 # - two runs on the GPU give the same losses bit for bit (deterministic kernels);
 # - a run stopped at step 10 and resumed gives the uninterrupted losses bit for bit;
 # - two ranks sharing the GPU (comm.backend: mpi, device memory staged through the host) at ZeRO
-#   1 and 3 in bf16 follow the CPU's two-rank bf16 curve within 2%;
+#   1, 2 and 3 in bf16 follow the CPU's two-rank bf16 curve within 2%; ZeRO 2 with the optimizer
+#   state offloaded to host memory and to a file equals ZeRO 2 without, bit for bit;
 # - tensor parallelism, TP = 2 with sequence parallelism on two ranks sharing the GPU (MPI):
 #   fp32 within 1e-4 of the CPU curve, bf16 (with selective recompute) within 2% of the CPU's;
 #   on a machine with two GPUs or more, also TP = 2 over NCCL, one GPU per rank;
@@ -24,8 +25,8 @@
 #   offload bit for bit;
 # - ZeRO 3 on two ranks sharing the GPU with the optimizer and the parameters offloaded
 #   (offload_param cpu, page-locked: each gather carries its piece up from host memory) equals
-#   the same run without offload bit for bit, with the parameters in host memory and in a file
-#   (offload_param nvme); on one rank over NCCL too (the upload runs on the communicator's
+#   the same run without offload bit for bit, with the parameters in host memory and, beside the
+#   optimizer state, in files (offload_param and offload_optimizer nvme); on one rank over NCCL too (the upload runs on the communicator's
 #   stream), where NCCL is built.
 # With STRATA_CUDA_BINARY set (ctest `emu: train`), the device: cuda runs use that binary, strata
 # built on the CPU emulator of the CUDA backend (tests/gpu/emu), and $1 gives the CPU curves; no
@@ -86,20 +87,26 @@ run gpu_resumed 1 cuda --set bf16.enabled=true --set train.iters=$HALF --set che
 run gpu_resumed 1 cuda --set bf16.enabled=true --set checkpoint.dir="$WORK/ckpt"
 expect_contains "$OUT" "resumed from $WORK/ckpt/$(printf 'step_%08d' "$HALF")"
 run cpu_dp2_bf16 2 cpu --set bf16.enabled=true --set zero_optimization.stage=1
-for stage in 1 3; do
+for stage in 1 2 3; do
   run "gpu_dp2_bf16_z$stage" 2 cuda --set bf16.enabled=true --set zero_optimization.stage="$stage" \
     --set comm.backend=mpi
   expect_contains "$OUT" "communication: mpi (device buffers staged through host memory)"
+done
+mkdir -p "$WORK/nvme"
+for device in cpu nvme; do
+  run "gpu_dp2_bf16_z2_offload_$device" 2 cuda --set bf16.enabled=true --set zero_optimization.stage=2 \
+    --set comm.backend=mpi --set zero_optimization.offload_optimizer.device="$device" \
+    --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
 done
 offload_param=(--set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_param.device=cpu
   --set zero_optimization.offload_param.pin_memory=true)
 run gpu_dp2_bf16_z3_offload_param 2 cuda --set bf16.enabled=true --set zero_optimization.stage=3 \
   --set comm.backend=mpi "${offload_param[@]}"
 expect_contains "$OUT" "offload: parameters (the bf16 shard the gathers read) in page-locked host memory"
-mkdir -p "$WORK/nvme"
 run gpu_dp2_bf16_z3_offload_param_nvme 2 cuda --set bf16.enabled=true --set zero_optimization.stage=3 \
   --set comm.backend=mpi "${offload_param[@]}" --set zero_optimization.offload_param.device=nvme \
-  --set zero_optimization.offload_param.nvme_path="$WORK/nvme"
+  --set zero_optimization.offload_param.nvme_path="$WORK/nvme" --set zero_optimization.offload_optimizer.device=nvme \
+  --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
 expect_contains "$OUT" "offload: parameters (the bf16 shard the gathers read) in a file in $WORK/nvme"
 tp2=(--set parallelism.tensor_model_parallel_size=2 --set parallelism.sequence_parallel=true)
 run gpu_tp2_fp32 2 cuda "${tp2[@]}" --set comm.backend=mpi
@@ -165,8 +172,10 @@ within("gpu_bf16_h64_split", "cpu_bf16_h64", 0.02)
 if losses("gpu_bf16_h64") == losses("gpu_bf16_h64_split"): bad.append("attention_probabilities changed nothing")
 identical("gpu_fp32_again", "gpu_fp32")
 identical("gpu_resumed", "gpu_bf16")
-for stage in (1, 3):
+for stage in (1, 2, 3):
     within(f"gpu_dp2_bf16_z{stage}", "cpu_dp2_bf16", 0.02)
+for device in ("cpu", "nvme"):
+    identical(f"gpu_dp2_bf16_z2_offload_{device}", "gpu_dp2_bf16_z2")
 within("gpu_tp2_fp32", "cpu_fp32", 1e-4)
 within("gpu_tp2_bf16", "cpu_bf16", 0.02)
 within("gpu_pp2_fp32", "cpu_fp32", 1e-4)
