@@ -47,13 +47,15 @@ int64_t Engine::first_nonfinite_spec(const std::vector<FlatSpan>& spans) {
   // State in a file is read a parameter at a time.
   std::vector<float> read;
   auto finite_at = [&](const FlatSpan& span, int64_t offset, int64_t count) {
-    const float* data = span.data + offset;
+    const float* data = nullptr;
     if (!span.data) {
       read.resize(static_cast<size_t>(count));
       span.read(offset, count, read.data());
       data = read.data();
     } else if (!span.on_host) {
-      return std::isfinite(backend_.sum_squares(Tensor(const_cast<float*>(data), DType::F32, {count}, device())));
+      return std::isfinite(backend_.sum_squares(Tensor(span.data + offset, DType::F32, {count}, device())));
+    } else {
+      data = span.data + offset;
     }
     return std::all_of(data, data + count, [](float x) { return std::isfinite(x); });
   };

@@ -94,6 +94,7 @@ int ParamFile::hold(int group) {
     const PartitionUnit& u = units_[static_cast<size_t>(group)];
     s.io = file_->read(offset_[static_cast<size_t>(group)], s.data, static_cast<size_t>(buffer_bytes(u.piece, work_)));
     i = static_cast<int>(&s - slots_.data());
+    ++reads_waited_;
   }
   Slot& s = slots_[static_cast<size_t>(i)];
   s.land();
@@ -115,14 +116,14 @@ void ParamFile::release(int buffer) {
 
 void ParamFile::read_ahead(int group) {
   if (group < 0 || units_[static_cast<size_t>(group)].piece == 0 || find(group) >= 0) return;
-  for (Slot& s : slots_) {
-    if (s.group < 0 && s.holders == 0 && &s - slots_.data() != writing_) {
-      Slot& t = take(group);
-      const PartitionUnit& u = units_[static_cast<size_t>(group)];
-      t.io = file_->read(offset_[static_cast<size_t>(group)], t.data, static_cast<size_t>(buffer_bytes(u.piece, work_)));
-      return;
-    }
-  }
+  // Into the buffer used longest ago that no gather holds: once every buffer keeps some group,
+  // that is the group just finished with, never the one being gathered next (held).
+  bool free = false;
+  for (size_t i = 0; i < slots_.size(); ++i) free = free || (slots_[i].holders == 0 && static_cast<int>(i) != writing_);
+  if (!free) return;
+  Slot& t = take(group);
+  const PartitionUnit& u = units_[static_cast<size_t>(group)];
+  t.io = file_->read(offset_[static_cast<size_t>(group)], t.data, static_cast<size_t>(buffer_bytes(u.piece, work_)));
 }
 
 void* ParamFile::piece_target(int64_t shard_begin, int64_t count) {

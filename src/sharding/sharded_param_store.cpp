@@ -131,7 +131,9 @@ CommHandle ShardedParamStore::gather(int group, const Buffer& out, int& staged) 
   const PartitionUnit& u = units_[static_cast<size_t>(group)];
   const Tensor whole = out.view(0, work_dtype_, {u.padded});
   if (file_) {
+    const Timer waited;  // a read not done ahead is waited for here, like a transfer
     staged = file_->hold(group);
+    *comm_wait_ += waited.seconds();
     return dp_.all_gather_from_host_async(file_->piece(staged), whole);
   }
   const Tensor source = mixed() ? piece(work_params_, work_dtype_, group) : piece(params_, DType::F32, group);

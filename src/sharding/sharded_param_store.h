@@ -56,6 +56,9 @@ class ParamFile final : public WorkingShardSink {
   void finish() override;
   int64_t host_bytes() const;
   int64_t file_bytes() const { return shard_bytes_; }
+  // Reads hold() had to start itself, the gather waiting on the disk: read ahead, there are
+  // none after a pass's first two groups.
+  int64_t reads_waited() const { return reads_waited_; }
   // Each buffer's bytes: the largest record (`largest_piece` elements).
   static int64_t buffer_bytes(int64_t largest_piece, DType work);
   // Host bytes of the ring for pieces of at most `largest_piece` elements.
@@ -75,6 +78,7 @@ class ParamFile final : public WorkingShardSink {
   int64_t uses_ = 0;        // for choosing the least recently used buffer
   int writing_ = -1;        // the slot assembling a record (an update), or -1
   int64_t shard_bytes_ = 0;
+  int64_t reads_waited_ = 0;
 };
 
 // Where the optimizer keeps the fp32 master and where the gathered shard lives.

@@ -89,10 +89,13 @@ void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device
   throw UserError(fmt::format(
       "the offloaded optimizer state does not fit host memory: each rank needs about {} of host memory ({} of "
       "offloaded master weights, Adam moments{} and staging{}), but this rank has {} ({} available on {}{}). Use more "
-      "nodes or ranks, or zero_optimization.offload_optimizer.device: none",
-      gib(need), gib(e.host), params_offloaded ? ", parameters" : "", device == Device::CUDA ? "" : fmt::format(", and {} of simulated device memory", gib(e.total())),
+      "nodes or ranks, or {}",
+      gib(need), gib(e.host), params_offloaded ? ", parameters" : "",
+      device == Device::CUDA ? "" : fmt::format(", and {} of simulated device memory", gib(e.total())),
       gib(share), gib(node), mpi.hostname(),
-      mpi.local_size() > 1 ? fmt::format(", shared by {} ranks", mpi.local_size()) : std::string()));
+      mpi.local_size() > 1 ? fmt::format(", shared by {} ranks", mpi.local_size()) : std::string(),
+      params_offloaded ? "offload_optimizer.device and offload_param.device nvme (the state in files)"
+                       : "zero_optimization.offload_optimizer.device: nvme (the state in a file) or none"));
 }
 
 }  // namespace

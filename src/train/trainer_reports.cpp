@@ -103,6 +103,11 @@ void Trainer::log_offload() {
     } else {
       log_info("offload: offload_param cpu is a no-op on the CPU backend (the parameters are host memory already)");
     }
+    // From pageable memory a copy to the GPU holds the host thread until the GPU has run what came
+    // before it, so the uploads stop overlapping the compute.
+    if (o.params && backend_.device() == Device::CUDA && !o.params_pinned && mpi_.world_rank() == 0)
+      log_warn("offload_param without pin_memory: each layer group's upload waits for the compute queued before it; "
+               "set zero_optimization.offload_param.pin_memory: true to overlap them");
   }
 }
 
