@@ -148,11 +148,7 @@ class NcclComm final : public Comm {
   }
 
   CommHandle all_gather_async(Tensor input, Tensor output) override {
-    check_tensor(name(), "all_gather", input, Device::CUDA);
-    check_tensor(name(), "all_gather", output, Device::CUDA);
-    check_same_dtype(name(), "all_gather", input, output);
-    check_blocked(name(), "all_gather", output, input, size_, rank_);
-    record("all_gather", static_cast<int64_t>(output.bytes()));
+    check_gather(input, Device::CUDA, output);
     // Moving ops carry raw bytes, so every dtype (U16 included) goes through unchanged.
     after_producer();
     NCCL_CHECK(ncclAllGather(input.data, output.data, input.bytes(), ncclUint8, nccl_, stream_));
@@ -160,11 +156,7 @@ class NcclComm final : public Comm {
   }
 
   CommHandle all_gather_from_host_async(Tensor host_input, Tensor output) override {
-    check_tensor(name(), "all_gather", host_input, Device::CPU);
-    check_tensor(name(), "all_gather", output, Device::CUDA);
-    check_same_dtype(name(), "all_gather", host_input, output);
-    check_blocked(name(), "all_gather", output, host_input, size_, rank_);
-    record("all_gather", static_cast<int64_t>(output.bytes()));
+    check_gather(host_input, Device::CPU, output);
     // The output may still be read by the producer's earlier work (the slot's last group), so
     // the upload waits for it as the gather would; it then runs on this stream, beside the
     // producer's later work.
@@ -235,6 +227,15 @@ class NcclComm final : public Comm {
   }
 
  private:
+  // An all-gather's checks (its input in `input_device`'s memory) and its traffic record.
+  void check_gather(const Tensor& input, Device input_device, const Tensor& output) {
+    check_tensor(name(), "all_gather", input, input_device);
+    check_tensor(name(), "all_gather", output, Device::CUDA);
+    check_same_dtype(name(), "all_gather", input, output);
+    check_blocked(name(), "all_gather", output, input, size_, rank_);
+    record("all_gather", static_cast<int64_t>(output.bytes()));
+  }
+
   // The tensors come from the producer's stream (the backend's, non-blocking): the
   // collective starts only after the work enqueued there so far. With no producer named, the
   // whole device is waited for, since a non-blocking stream may be writing the tensors.

@@ -71,15 +71,23 @@ int ParamFile::find(int group) const {
   return -1;
 }
 
-ParamFile::Slot& ParamFile::take(int group) {
+size_t ParamFile::record_bytes(int group) const {
+  return static_cast<size_t>(buffer_bytes(units_[static_cast<size_t>(group)].piece, work_));
+}
+
+ParamFile::Slot* ParamFile::pick() {
   Slot* chosen = nullptr;
   for (Slot& s : slots_) {
     if (s.holders > 0 || &s - slots_.data() == writing_) continue;
-    // An empty buffer first, else the one used longest ago.
     if (!chosen || (s.group < 0 && chosen->group >= 0) ||
         ((s.group < 0) == (chosen->group < 0) && s.last_use < chosen->last_use))
       chosen = &s;
   }
+  return chosen;
+}
+
+ParamFile::Slot& ParamFile::take(int group) {
+  Slot* chosen = pick();
   if (!chosen) throw std::logic_error("ParamFile: every buffer is held by a gather in flight");
   chosen->land();
   chosen->group = group;
@@ -87,12 +95,15 @@ ParamFile::Slot& ParamFile::take(int group) {
   return *chosen;
 }
 
+void ParamFile::start_read(Slot& slot) {
+  slot.io = file_->read(offset_[static_cast<size_t>(slot.group)], slot.data, record_bytes(slot.group));
+}
+
 int ParamFile::hold(int group) {
   int i = find(group);
   if (i < 0) {
     Slot& s = take(group);
-    const PartitionUnit& u = units_[static_cast<size_t>(group)];
-    s.io = file_->read(offset_[static_cast<size_t>(group)], s.data, static_cast<size_t>(buffer_bytes(u.piece, work_)));
+    start_read(s);
     i = static_cast<int>(&s - slots_.data());
     ++reads_waited_;
   }
@@ -118,12 +129,7 @@ void ParamFile::read_ahead(int group) {
   if (group < 0 || units_[static_cast<size_t>(group)].piece == 0 || find(group) >= 0) return;
   // Into the buffer used longest ago that no gather holds: once every buffer keeps some group,
   // that is the group just finished with, never the one being gathered next (held).
-  bool free = false;
-  for (size_t i = 0; i < slots_.size(); ++i) free = free || (slots_[i].holders == 0 && static_cast<int>(i) != writing_);
-  if (!free) return;
-  Slot& t = take(group);
-  const PartitionUnit& u = units_[static_cast<size_t>(group)];
-  t.io = file_->read(offset_[static_cast<size_t>(group)], t.data, static_cast<size_t>(buffer_bytes(u.piece, work_)));
+  if (pick()) start_read(take(group));
 }
 
 void* ParamFile::piece_target(int64_t shard_begin, int64_t count) {
@@ -144,7 +150,7 @@ void* ParamFile::piece_target(int64_t shard_begin, int64_t count) {
       slots_[static_cast<size_t>(old)].group = -1;
     }
     Slot& s = take(static_cast<int>(g));
-    std::memset(s.data, 0, static_cast<size_t>(buffer_bytes(u.piece, work_)));  // padding stays zero
+    std::memset(s.data, 0, record_bytes(s.group));  // padding stays zero
     writing_ = static_cast<int>(&s - slots_.data());
   }
   return slots_[static_cast<size_t>(writing_)].data + static_cast<size_t>(shard_begin - u.shard_offset) * dtype_size(work_);
@@ -153,8 +159,7 @@ void* ParamFile::piece_target(int64_t shard_begin, int64_t count) {
 void ParamFile::flush() {
   if (writing_ < 0) return;
   Slot& s = slots_[static_cast<size_t>(writing_)];
-  const PartitionUnit& u = units_[static_cast<size_t>(s.group)];
-  s.io = file_->write(offset_[static_cast<size_t>(s.group)], s.data, static_cast<size_t>(buffer_bytes(u.piece, work_)));
+  s.io = file_->write(offset_[static_cast<size_t>(s.group)], s.data, record_bytes(s.group));
   writing_ = -1;
 }
 

@@ -12,26 +12,26 @@ namespace strata {
 ShardedParamStore::ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups,
                                      const FlatPartition& partition, bool overlap, double* comm_wait_seconds,
                                      DType work_dtype, DType comm_dtype, const Stage3Bounds& bounds,
-                                     const Stage3Plan& plan, const Stage3Offload& offload)
+                                     const Stage3Plan& plan, const OffloadSettings& offload)
     : backend_(backend), dp_(dp), groups_(groups), units_(partition.units()), overlap_(overlap),
       comm_wait_(comm_wait_seconds), work_dtype_(work_dtype), comm_dtype_(comm_dtype), bounds_(bounds),
       shard_numel_(partition.shard_numel()), offload_(offload), whole_(units_.size()) {
   if (units_.size() != groups_.size()) throw std::logic_error("ShardedParamStore: one partition unit per layer group");
-  if (offload.params_on_host && !offload.master_on_host)
+  if (offload.params && !offload.optimizer)
     throw std::logic_error("ShardedParamStore: parameters offloaded without the optimizer's master");
   const size_t shard_bytes = static_cast<size_t>(shard_numel_) * sizeof(float);
   // The shard the gathers read: on the device, or in host memory with the parameters offloaded.
   auto gathered_shard = [&](size_t bytes) {
-    if (!offload.params_on_host) return backend_.allocate(bytes);
-    if (!offload.nvme_path.empty()) return Buffer();  // in the file
-    return offload.pinned ? backend_.allocate_host(bytes) : allocate_pageable_host(bytes);
+    if (!offload.params) return backend_.allocate(bytes);
+    if (!offload.params_nvme_path.empty()) return Buffer();  // in the file
+    return offload.params_pinned ? backend_.allocate_host(bytes) : allocate_pageable_host(bytes);
   };
-  if (offload.params_on_host && !offload.nvme_path.empty()) {
-    file_ = std::make_unique<ParamFile>(backend_, offload.nvme_path, offload.buffer_count, offload.pinned, units_,
-                                        work_dtype_);
+  if (offload.params && !offload.params_nvme_path.empty()) {
+    file_ = std::make_unique<ParamFile>(backend_, offload.params_nvme_path, offload.params_buffer_count,
+                                        offload.params_pinned, units_, work_dtype_);
   }
   if (mixed()) {
-    if (!offload.master_on_host) params_ = backend_.allocate(shard_bytes);
+    if (!offload.optimizer) params_ = backend_.allocate(shard_bytes);
     work_params_ = gathered_shard(static_cast<size_t>(gathered_shard_bytes()));
   } else {
     params_ = gathered_shard(shard_bytes);
@@ -75,14 +75,14 @@ ShardedParamStore::~ShardedParamStore() {
 }
 
 int64_t ShardedParamStore::persistent_param_bytes() const {
-  int64_t bytes = offload_.params_on_host ? 0 : gathered_shard_bytes();
+  int64_t bytes = offload_.params ? 0 : gathered_shard_bytes();
   for (const Whole& w : whole_) bytes += static_cast<int64_t>(w.buffer.bytes());
   return bytes;
 }
 
 int64_t ShardedParamStore::host_param_bytes() const {
   if (file_) return file_->host_bytes();
-  return offload_.params_on_host ? gathered_shard_bytes() : 0;
+  return offload_.params ? gathered_shard_bytes() : 0;
 }
 
 int64_t ShardedParamStore::workspace_bytes() const {
@@ -137,7 +137,7 @@ CommHandle ShardedParamStore::gather(int group, const Buffer& out, int& staged) 
     return dp_.all_gather_from_host_async(file_->piece(staged), whole);
   }
   const Tensor source = mixed() ? piece(work_params_, work_dtype_, group) : piece(params_, DType::F32, group);
-  return offload_.params_on_host ? dp_.all_gather_from_host_async(source, whole) : dp_.all_gather_async(source, whole);
+  return offload_.params ? dp_.all_gather_from_host_async(source, whole) : dp_.all_gather_async(source, whole);
 }
 
 void ShardedParamStore::land_gather(CommHandle& pending, int& staged) {

@@ -66,7 +66,12 @@ class ParamFile final : public WorkingShardSink {
 
  private:
   struct Slot;
-  Slot& take(int group);  // a buffer nobody holds for `group`, its previous read or write landed
+  // The buffer to reuse: one nobody holds nor is assembling, empty first, else the one used
+  // longest ago; null when there is none.
+  Slot* pick();
+  Slot& take(int group);  // pick()'s buffer for `group`, its previous read or write landed
+  void start_read(Slot& slot);  // of the slot's group's record
+  size_t record_bytes(int group) const;
   void flush();           // starts writing the record being assembled
   int find(int group) const;
   Backend& backend_;
@@ -81,18 +86,6 @@ class ParamFile final : public WorkingShardSink {
   int64_t reads_waited_ = 0;
 };
 
-// Where the optimizer keeps the fp32 master and where the gathered shard lives.
-// master_on_host: the optimizer keeps the master in host memory (offload_optimizer), so under
-// mixed precision the store holds no params(). params_on_host (offload_param, which needs
-// master_on_host): the shard the gathers read is host memory (page-locked when pinned), updated
-// there by the host optimizer; the device keeps only the gathered groups.
-struct Stage3Offload {
-  bool master_on_host = false;
-  bool params_on_host = false;
-  bool pinned = false;
-  std::string nvme_path;  // non-empty: the shard in a ParamFile there instead of host memory
-  int buffer_count = 4;
-};
 Stage3Plan plan_stage3(const Stage3Bounds& bounds, const std::vector<ParamSpec>& specs,
                        const std::vector<LayerGroup>& groups);
 
@@ -101,9 +94,14 @@ class ShardedParamStore final : public ParamStore {
   // `partition` must have one unit per layer group, in group order. `work_dtype` is the
   // dtype the model sees (F32, BF16 or F16); `comm_dtype` the one gradients are reduce-scattered
   // in (F32, or BF16/F16 through 16-bit twins of the slots). `plan` is plan_stage3's for `bounds`.
+  // `offload`: with offload.optimizer the optimizer keeps the fp32 master in host memory, so
+  // under mixed precision the store holds no params(); with offload.params (which needs it) the
+  // shard the gathers read is host memory (page-locked when params_pinned) or, with
+  // params_nvme_path, a ParamFile, updated there by the host optimizer; the device keeps only
+  // the gathered groups.
   ShardedParamStore(Backend& backend, Comm& dp, const std::vector<LayerGroup>& groups, const FlatPartition& partition,
                     bool overlap, double* comm_wait_seconds, DType work_dtype, DType comm_dtype,
-                    const Stage3Bounds& bounds, const Stage3Plan& plan, const Stage3Offload& offload = {});
+                    const Stage3Bounds& bounds, const Stage3Plan& plan, const OffloadSettings& offload = {});
   ~ShardedParamStore() override;
 
   DType param_dtype() const override { return work_dtype_; }
@@ -139,7 +137,7 @@ class ShardedParamStore final : public ParamStore {
   // kept whole, and, when it is a separate copy, the fp32 master. In host memory: the shard
   // gathered, when the parameters are offloaded.
   int64_t persistent_param_bytes() const;
-  int64_t master_param_bytes() const { return mixed() && !offload_.master_on_host ? shard_numel_ * 4 : 0; }
+  int64_t master_param_bytes() const { return mixed() && !offload_.optimizer ? shard_numel_ * 4 : 0; }
   // In host memory: the shard gathered (offload_param cpu) or the file's ring of buffers (nvme);
   // in the file: the shard.
   int64_t host_param_bytes() const;
@@ -189,7 +187,7 @@ class ShardedParamStore final : public ParamStore {
   DType comm_dtype_;
   Stage3Bounds bounds_;
   int64_t shard_numel_ = 0;
-  Stage3Offload offload_;
+  OffloadSettings offload_;
   int64_t reductions_issued_ = 0;
   Buffer params_, grads_, recv_;
   Buffer recv_twin_;  // 16-bit comm_dtype: the reduce-scatter output as it travels

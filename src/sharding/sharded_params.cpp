@@ -71,10 +71,7 @@ ShardedParams::ShardedParams(const ShardingPlace& place, const ShardingSettings&
                                                place.comm_wait_seconds, settings.precision, settings.comm_dtype,
                                                settings.stage3,
                                                plan_stage3(settings.stage3, *place.specs, *place.groups),
-                                               Stage3Offload{settings.offload.optimizer, settings.offload.params,
-                                                             settings.offload.params_pinned,
-                                                             settings.offload.params_nvme_path,
-                                                             settings.offload.params_buffer_count});
+                                               settings.offload);
   const std::vector<OwnedRun> owned = partition_->owned_runs();
   if (settings.offload.optimizer) {
     const bool per_group = settings.offload.params && !settings.offload.params_nvme_path.empty();
