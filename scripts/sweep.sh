@@ -9,6 +9,10 @@
 #   --grid FILE        points listed one per line instead: "KEY=VALUE KEY=VALUE ..." (# comments)
 #   --np N             ranks per run, under launch/strata-mpirun (default 1: strata directly)
 #   --only NAMES       run only these points (folder names, comma-separated)
+#   --from-plan K      the points are `strata plan`'s K best layouts for --np ranks (K = all: every
+#                      layout that fits), each with its predicted tokens/s and memory beside the
+#                      measured ones in the summary; --hardware NAME|FILE is the plan's profile
+#                      (default h100-sxm; a profile from `strata plan --calibrate` for this machine)
 # Each point runs in DIR/NAME (NAME from its values, e.g. stage-1__micro-4): its resolved config
 # (config.yaml), log (train.log), metrics.jsonl, checkpoints/ and exit status (status). A point
 # that failed does not stop the sweep: its exit code and last error line go into the summary.
@@ -21,10 +25,10 @@
 #   MPIRUN_FLAGS (extra flags for mpirun, e.g. "--oversubscribe").
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "sweep: $*" >&2; exit 2; }
 
-base="" out="" np=1 grid="" only=""
+base="" out="" np=1 grid="" only="" from_plan="" hardware="h100-sxm"
 axes=() extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,6 +38,8 @@ while [ $# -gt 0 ]; do
     --axis) axes+=("${2:-}"); shift 2 ;;
     --grid) grid="${2:-}"; shift 2 ;;
     --only) only="${2:-}"; shift 2 ;;
+    --from-plan) from_plan="${2:-}"; shift 2 ;;
+    --hardware) hardware="${2:-}"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h | --help) usage ;;
     *) die "unknown argument '$1' (see --help)" ;;
@@ -42,8 +48,12 @@ done
 if [ -z "$base" ] || [ ! -f "$base" ]; then die "--config: '$base' is not a file"; fi
 [ -n "$out" ] || die "--out DIR is required"
 [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "--np: '$np' is not a positive number of ranks"
-[ ${#axes[@]} -gt 0 ] || [ -n "$grid" ] || die "give at least one --axis KEY=V1,V2 or a --grid FILE"
-[ ${#axes[@]} -eq 0 ] || [ -z "$grid" ] || die "give --axis or --grid, not both"
+sources=$(( ${#axes[@]} > 0 ? 1 : 0 ))
+[ -z "$grid" ] || sources=$((sources + 1))
+[ -z "$from_plan" ] || sources=$((sources + 1))
+[ "$sources" -gt 0 ] || die "give at least one --axis KEY=V1,V2, a --grid FILE or --from-plan K"
+[ "$sources" -eq 1 ] || die "give one of --axis, --grid and --from-plan"
+[ -z "$from_plan" ] || [[ "$from_plan" =~ ^([1-9][0-9]*|all)$ ]] || die "--from-plan: '$from_plan' is not a count or all"
 strata="${STRATA:-}"
 if [ -z "$strata" ]; then
   if [ -x "$root/build/bin/strata" ]; then strata="$root/build/bin/strata"; else strata="$(command -v strata || true)"; fi
@@ -55,6 +65,25 @@ base="$(cd "$(dirname "$base")" && pwd)/$(basename "$base")"
 
 # The points, one per line, as "KEY=VALUE KEY=VALUE ...".
 points=()
+if [ -n "$from_plan" ]; then
+  # The plan's layouts as points, and what it predicts for each (the summary puts it beside).
+  top=$([ "$from_plan" = all ] && echo 1000000 || echo "$from_plan")
+  "$strata" plan --config "$base" --gpus "$np" --hardware "$hardware" --top "$top" --json > "$out/plan.json" \
+    || die "strata plan failed (see above)"
+  grid="$out/plan_points.txt"
+  python3 - "$out/plan.json" > "$grid" <<'PY' || die "cannot read $out/plan.json"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+for l in plan["layouts"]:
+    print(f"parallelism.tensor_model_parallel_size={l['tp']} parallelism.pipeline_model_parallel_size={l['pp']} "
+          f"parallelism.sequence_parallel={str(l['sequence_parallel']).lower()} "
+          f"parallelism.pipeline.schedule={l['schedule']} parallelism.pipeline.virtual_stages={l['virtual_stages']} "
+          f"train_batch_size={plan['global_batch']} train_micro_batch_size_per_gpu={l['micro_batch']} "
+          f"gradient_accumulation_steps={l['grad_accum']} zero_optimization.stage={l['zero_stage']} "
+          f"model.recompute={l['recompute']} zero_optimization.offload_optimizer.device={l['offload_optimizer']} "
+          f"zero_optimization.offload_param.device={l['offload_param']}")
+PY
+fi
 if [ -n "$grid" ]; then
   [ -f "$grid" ] || die "--grid: '$grid' is not a file"
   while IFS= read -r line; do
@@ -78,12 +107,28 @@ else
 fi
 [ ${#points[@]} -gt 0 ] || die "no points to run"
 
-# point_name "KEY=VALUE ...": a folder name from the last part of each key and its value.
+# point_name "KEY=VALUE ...": a folder name from the last part of each key and its value (for
+# a plan's layouts, short labels: tp2__pp1__sp-true__...).
 point_name() {
-  local name="" kv key value
+  local name="" kv key value label
   for kv in $1; do
     key="${kv%%=*}"; value="${kv#*=}"
-    name="${name:+${name}__}${key##*.}-${value}"
+    label="${key##*.}"
+    if [ -n "$from_plan" ]; then
+      case "$key" in
+        parallelism.tensor_model_parallel_size) label=tp ;;
+        parallelism.pipeline_model_parallel_size) label=pp ;;
+        parallelism.sequence_parallel) label=sp ;;
+        parallelism.pipeline.virtual_stages) label=v ;;
+        train_batch_size) continue ;;
+        train_micro_batch_size_per_gpu) label=mb ;;
+        gradient_accumulation_steps) label=ga ;;
+        zero_optimization.stage) label=zero ;;
+        zero_optimization.offload_optimizer.device) label=offload ;;
+        zero_optimization.offload_param.device) label=offload_param ;;
+      esac
+    fi
+    name="${name:+${name}__}${label}-${value}"
   done
   echo "$name" | tr -c 'A-Za-z0-9._=+\n-' '_'
 }
@@ -174,6 +219,11 @@ for p in points:
     for kv in p.split():
         k = kv.split("=", 1)[0]
         if k not in keys: keys.append(k)
+predicted = {}
+if os.path.exists(os.path.join(out, "plan_points.txt")):
+    plan = json.load(open(os.path.join(out, "plan.json")))
+    lines = [l.strip() for l in open(os.path.join(out, "plan_points.txt")) if l.strip()]
+    predicted = {p: l for p, l in zip(lines, plan["layouts"])}
 rows = []
 for p in points:
     d = os.path.join(out, folder_of[p])
@@ -206,10 +256,19 @@ for p in points:
                  "peak_memory_mib": f"{max(r['peak_memory_bytes'] for r in train) / 2**20:.0f}" if train else "",
                  "step_time_ms": f"{1000 * mean('step_time_s'):.1f}" if timed else "",
                  "status": status, "error": error})
+    if predicted:
+        plan_row = predicted.get(p, {})
+        rows[-1]["layout"] = plan_row.get("layout", "")
+        rows[-1]["predicted_tokens_per_s"] = f"{plan_row['tokens_per_s']:.0f}" if plan_row else ""
+        rows[-1]["predicted_memory_mib"] = f"{plan_row['memory_bytes']['total'] / 2**20:.0f}" if plan_row else ""
 fields = keys + ["steps", "train_loss", "val_loss", "tokens_per_s", "tflops_per_rank", "mfu", "peak_memory_mib",
                  "step_time_ms", "status", "error"]
+if predicted:
+    # The layout in the plan's words replaces the twelve keys that spell it.
+    fields = ["layout", "predicted_tokens_per_s", "tokens_per_s", "predicted_memory_mib", "peak_memory_mib"] + \
+        [f for f in fields[len(keys):] if f not in ("tokens_per_s", "peak_memory_mib")]
 with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=fields)
+    w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
 with open(os.path.join(out, "summary.md"), "w") as f:

@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "core/core.h"
 #include "data/data.h"
+#include "plan/plan.h"
 #include "tools/tools.h"
 #include "train/train.h"
 
@@ -60,6 +61,7 @@ struct Commands {
   strata::CommCheckOptions comm_check_options;
   strata::AdamCheckOptions adam_check_options;
   strata::TrainOptions train_options;
+  strata::PlanOptions plan_options;
   strata::EncodeOptions encode_options;
   std::string decode_input, decode_tokenizer, decode_out;
   std::string export_checkpoint, export_out;
@@ -68,10 +70,34 @@ struct Commands {
   CLI::App* comm_check = nullptr;
   CLI::App* adam_check = nullptr;
   CLI::App* train = nullptr;
+  CLI::App* plan = nullptr;
   CLI::App* encode = nullptr;
   CLI::App* decode = nullptr;
   CLI::App* export_hf = nullptr;
 };
+
+// strata plan --config X --gpus N [--hardware NAME|FILE] [--top K] [--write FILE] [--explain] [--json]
+void add_plan_command(CLI::App& app, Commands& c) {
+  strata::PlanOptions& o = c.plan_options;
+  c.plan = app.add_subcommand("plan", "Rank the layouts of a config for N GPUs by predicted speed, with memory and "
+                                      "step time per layout");
+  c.plan->add_option("-c,--config", o.config_path, "YAML or ds_config JSON file");
+  c.plan->add_option("--set", o.overrides, "Override a key: a.b.c=value (repeatable)");
+  c.plan->add_option("--gpus", o.gpus, "GPUs (ranks) to plan for")->check(kWholeCount);
+  c.plan->add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the profile's)")->check(kWholeCount);
+  c.plan->add_option("--hardware", o.hardware, "A profile name (configs/hardware/NAME.yaml) or file (default h100-sxm)");
+  c.plan->add_option("--top", o.top, "Layouts shown (default 5)")->check(kWholeCount);
+  c.plan->add_option("--write", o.write_path, "Write the best layout as a config `strata train` runs");
+  c.plan->add_option("--keep", o.keep,
+                     "Axes held at the config's value, comma-separated: grid, schedule, sp, micro_batch, zero, "
+                     "recompute, offload");
+  c.plan->add_flag("--tp-across-nodes", o.tp_across_nodes, "Let tensor parallelism span nodes");
+  c.plan->add_flag("--explain", o.explain, "Predict the config's own layout on --gpus ranks, with its breakdown");
+  c.plan->add_flag("--json", o.json, "Print JSON (one object per layout)");
+  c.plan->add_flag("--calibrate", o.calibrate,
+                   "Measure this machine (run under mpirun, as the job will) and write a profile to --out");
+  c.plan->add_option("--out", o.calibrate_out, "The profile --calibrate writes");
+}
 
 void add_commands(CLI::App& app, Commands& c) {
   // strata config CONFIG [--world-size N] [--set k=v]...
@@ -120,6 +146,8 @@ void add_commands(CLI::App& app, Commands& c) {
   c.train->add_option("--set", c.train_options.overrides, "Override a key: a.b.c=value (repeatable)");
   c.train->add_option("--dump-grads", c.train_options.dump_grads_path,
                       "Write the first step's accumulated gradients (before clipping) to this safetensors file");
+
+  add_plan_command(app, c);
 
   // strata data encode --input FILE... --out DIR [--val-fraction F]
   auto* data = app.add_subcommand("data", "Prepare token shards");
@@ -189,7 +217,9 @@ int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<stra
     strata::log_info("exported {} to {}", c.export_checkpoint, c.export_out);
     return 0;
   }
+  if (c.plan->parsed() && !c.plan_options.calibrate) return strata::run_plan(nullptr, c.plan_options);
   mpi = std::make_unique<strata::MpiRuntime>(argc, argv);
+  if (c.plan->parsed()) return strata::run_plan(mpi.get(), c.plan_options);
   if (c.info->parsed()) return strata::run_info(*mpi, c.info_options);
   if (c.comm_check->parsed()) return strata::run_comm_check(*mpi, c.comm_check_options);
   if (c.train->parsed()) return strata::run_train(*mpi, c.train_options);

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "train/train_internal.h"
@@ -42,6 +45,32 @@ int64_t process_rss_bytes(bool peak) {
 
 namespace {
 
+// A rank's parameter specs and layer groups for a model, TP size and chunks, the last few kept:
+// `strata plan` estimates many layouts of one model, and a deep model's specs take a while.
+struct RankSpecs {
+  std::vector<ParamSpec> specs;
+  std::vector<LayerGroup> groups;
+};
+std::shared_ptr<const RankSpecs> rank_specs(const GptDims& dims, int tp, const std::vector<GptChunk>& chunks) {
+  static std::mutex mutex;
+  static std::list<std::pair<std::string, std::shared_ptr<const RankSpecs>>> recent;
+  std::string key = fmt::format("{} {} {} {} {} {} {}", dims.n_layer, dims.n_head, dims.d_model, dims.vocab_size,
+                                dims.padded_vocab, dims.seq_len, tp);
+  for (const GptChunk& c : chunks) key += fmt::format(" {}:{}:{}:{}", c.layer_begin, c.layer_end, c.embedding, c.head);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = recent.begin(); it != recent.end(); ++it) {
+    if (it->first != key) continue;
+    recent.splice(recent.begin(), recent, it);
+    return it->second;
+  }
+  auto made = std::make_shared<RankSpecs>();
+  made->specs = gpt_rank_specs(dims, {0, tp}, chunks);
+  made->groups = gpt_layer_groups(made->specs, dims.n_layer + 2);
+  recent.emplace_front(key, made);
+  if (recent.size() > 128) recent.pop_back();
+  return made;
+}
+
 // One pipeline stage's ranks (the whole model without PP): the chunks it holds, as the engine
 // lays them out, times the copies it keeps of each for the micro-batches in flight.
 MemoryRecord estimate_stage_memory(const Config& cfg, const EngineSettings& settings, int stage) {
@@ -50,10 +79,10 @@ MemoryRecord estimate_stage_memory(const Config& cfg, const EngineSettings& sett
   PipelineStagePlan plan;
   plan.chunks = {GptChunk{}};
   if (pp > 1) plan = pipeline_stage_plan(settings.pipeline, dims.n_layer, pp, stage);
-  const std::vector<ParamSpec> specs = gpt_rank_specs(dims, {0, tp}, plan.chunks);
+  const std::shared_ptr<const RankSpecs> rank = rank_specs(dims, tp, plan.chunks);
   ShardingSettings sharding = settings.sharding;
   sharding.pipelined = pp > 1;
-  MemoryRecord e = estimate_sharding_memory(sharding, specs, gpt_layer_groups(specs, dims.n_layer + 2), dp);
+  MemoryRecord e = estimate_sharding_memory(sharding, rank->specs, rank->groups, dp);
   const bool sp = cfg.parallelism.sequence_parallel && tp > 1;
   const ActivationRecompute recompute = cfg.model.recompute;
   for (const GptChunk& chunk : plan.chunks) {
@@ -65,6 +94,10 @@ MemoryRecord estimate_stage_memory(const Config& cfg, const EngineSettings& sett
 }
 
 }  // namespace
+
+std::vector<ChunkLayers> pipeline_partition_of(const Config& cfg) {
+  return cfg.derived.pp_size > 1 ? engine_settings_from_config(cfg).pipeline.partition : std::vector<ChunkLayers>{};
+}
 
 MemoryRecord estimate_rank_memory(const Config& cfg, Device device) {
   const EngineSettings settings = engine_settings_from_config(cfg, device);

@@ -7,6 +7,7 @@
 
 #include "comm/comm.h"
 #include "config/config.h"
+#include "sharding/sharding.h"
 
 namespace strata {
 
@@ -18,6 +19,14 @@ struct TrainOptions {
 
 // Runs a whole training job on this rank; returns the process exit code.
 int run_train(const MpiRuntime& mpi, const TrainOptions& options);
+
+// Bytes one rank will allocate, estimated from the config before anything is allocated
+// (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline
+// stage that needs the most. The start-up check, the memory record and `strata plan` all use it.
+MemoryRecord estimate_rank_memory(const Config& cfg, Device device);
+// The layers of each model chunk (pp × virtual stages of them) as the engine will cut them;
+// empty without pipeline parallelism.
+std::vector<ChunkLayers> pipeline_partition_of(const Config& cfg);
 
 // `strata config`: for a blend of several data.train sources, comment lines with each source's
 // tokens, weight, share and epochs per run (or why its shards cannot be read).

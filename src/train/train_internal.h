@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "optim/optim.h"
 #include "engine/engine.h"
+#include "train/train.h"
 
 namespace strata {
 
@@ -53,10 +54,6 @@ TrainSequences open_train_sequences(const Config& cfg, int vocab_size, int seq_l
 // the epochs of it that `iters` steps of `global_batch` sequences read.
 std::vector<std::string> describe_blend(const TrainSequences& data, int64_t iters, int64_t global_batch);
 
-// Bytes one rank will allocate, estimated from the config before anything is allocated
-// (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline
-// stage that needs the most.
-MemoryRecord estimate_rank_memory(const Config& cfg, Device device);
 // The resident memory of this process now (VmRSS), or the most it has held (peak: VmHWM), in
 // bytes; 0 where not known.
 int64_t process_rss_bytes(bool peak);

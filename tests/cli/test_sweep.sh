@@ -78,9 +78,27 @@ grep -q "sweep: stopped by a signal; re-run the same command to continue" "$WORK
 grep -q "saved checkpoint" "$WORK/stopped/seed-4/train.log" || fail "the stopped point saved nothing"
 [ ! -e "$WORK/stopped/seed-5/status" ] || fail "the sweep went on to the next point"
 echo "Ctrl-C: the running point saved and stopped, the sweep stopped"
+# --from-plan: the planner's best layouts for the ranks, predicted beside measured.
+run_expect 0 "${sweep[@]}" --out "$WORK/planned" --np 2 --from-plan 2 --hardware cpu-2core
+run_expect 0 "$STRATA" plan --config "$WORK/base.yaml" --gpus 2 --hardware cpu-2core --top 2 --json
+python3 - "$WORK/planned/summary.csv" "$OUT" <<'PY'
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+plan = json.loads(sys.argv[2])["layouts"]
+assert [r["layout"] for r in rows] == [l["layout"] for l in plan], (rows, plan)
+for r, l in zip(rows, plan):
+    assert r["status"] == "0" and float(r["tokens_per_s"]) > 0, r
+    assert r["predicted_tokens_per_s"] == f"{l['tokens_per_s']:.0f}", (r, l)
+    assert r["predicted_memory_mib"] == f"{l['memory_bytes']['total'] / 2**20:.0f}", (r, l)
+print("--from-plan:", [r["layout"] for r in rows])
+PY
 # Usage errors are exit 2 before anything runs.
 run_expect 2 "${sweep[@]}" --out "$WORK/bad"
-expect_contains "$OUT" "give at least one --axis KEY=V1,V2 or a --grid FILE"
+expect_contains "$OUT" "give at least one --axis KEY=V1,V2, a --grid FILE or --from-plan K"
+run_expect 2 "${sweep[@]}" --out "$WORK/bad" --from-plan 2 --axis train.seed=1
+expect_contains "$OUT" "give one of --axis, --grid and --from-plan"
+run_expect 2 "${sweep[@]}" --out "$WORK/bad" --from-plan some
+expect_contains "$OUT" "--from-plan: 'some' is not a count or all"
 run_expect 2 "${sweep[@]}" --out "$WORK/bad" --np 0 --axis train.seed=1
 expect_contains "$OUT" "--np: '0' is not a positive number of ranks"
 echo ok

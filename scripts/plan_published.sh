@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# strata plan against published runs: Table 1 of Narayanan et al. 2021 ("Efficient Large-Scale
+# Language Model Training on GPU Clusters Using Megatron-LM"): GPT models from 1.7B to 1T
+# parameters on 32 to 3072 A100s, sequence 2048, vocabulary 51200, fp16, full recompute, with the
+# tensor- and pipeline-parallel sizes, micro-batch, batch and interleaving of the paper's launch
+# scripts (Megatron-LM's examples/sc21/run_table_1.sh). For each row, with the A100 profile:
+# the predicted TFLOP/s per GPU of the paper's layout (counted as the paper's Eq. 3 counts it)
+# beside the paper's, whether the layout fits strata's memory, and its rank among the layouts the
+# planner finds for that model and GPU count (ZeRO, recompute, SP and offload held at the paper's:
+# none, full, off, none). Prints a Markdown table (the README's).
+#
+# Usage: scripts/plan_published.sh [--hardware NAME|FILE]   (default a100-sxm-80gb)
+# Environment: STRATA (the strata binary; default build/bin/strata)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+strata="${STRATA:-$root/build/bin/strata}"
+[ -x "$strata" ] || { echo "plan_published: $strata not found; build first (scripts/build.sh)"; exit 2; }
+hardware=a100-sxm-80gb
+[ "${1:-}" = --hardware ] && hardware="${2:?--hardware NAME|FILE}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cat > "$work/base.yaml" <<'EOF'
+fp16: {enabled: true}
+model: {vocab_size: 51200, seq_len: 2048, recompute: full}
+data: {train: data/none/train_*.bin}
+EOF
+# name heads hidden layers TP PP GPUs batch micro-batch virtual-stages paper-TFLOP/s
+rows="1.7B 24 2304 24 1 1 32 512 16 1 137
+3.6B 32 3072 30 2 1 64 512 16 1 138
+7.5B 32 4096 36 4 1 128 512 16 1 142
+18B 48 6144 40 8 1 256 1024 8 1 135
+39B 64 8192 48 8 2 512 1536 4 1 138
+76B 80 10240 60 8 4 1024 1792 2 3 140
+145B 96 12288 80 8 8 1536 2304 2 2 148
+310B 128 16384 96 8 16 1920 2160 1 2 155
+530B 128 20480 105 8 35 2520 2520 1 3 163
+1T 160 25600 128 8 64 3072 3072 1 1 163"
+echo "| model | GPUs | TP | PP | v | micro-batch | batch | paper TFLOP/s | predicted | predicted / paper | fits | rank |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+while read -r name heads hidden layers tp pp gpus batch micro v paper; do
+  schedule=1f1b
+  [ "$v" -gt 1 ] && schedule=interleaved
+  model=(--set "model.n_layer=$layers" --set "model.n_head=$heads" --set "model.d_model=$hidden"
+         --set "train_batch_size=$batch")
+  layout=(--set "train_micro_batch_size_per_gpu=$micro" --set "parallelism.tensor_model_parallel_size=$tp"
+          --set "parallelism.pipeline_model_parallel_size=$pp" --set "parallelism.pipeline.schedule=$schedule"
+          --set "parallelism.pipeline.virtual_stages=$v")
+  "$strata" plan --config "$work/base.yaml" "${model[@]}" "${layout[@]}" --gpus "$gpus" --hardware "$hardware" \
+    --explain --json > "$work/explain.json"
+  "$strata" plan --config "$work/base.yaml" "${model[@]}" --gpus "$gpus" --hardware "$hardware" \
+    --keep zero,recompute,sp,offload --top 1000000 --json > "$work/plan.json" 2>/dev/null || echo '{"layouts": []}' > "$work/plan.json"
+  python3 - "$work/explain.json" "$work/plan.json" "$name" "$gpus" "$tp" "$pp" "$v" "$micro" "$batch" "$paper" <<'PY'
+import json, sys
+explain, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+name, gpus, tp, pp, v, micro, batch, paper = sys.argv[3:]
+key = lambda l: (l["tp"], l["pp"], l["virtual_stages"], l["micro_batch"], l["schedule"])
+rank = next((i + 1 for i, l in enumerate(plan["layouts"]) if key(l) == key(explain)), None)
+got = explain["tflops_per_gpu"]
+print(f"| {name} | {gpus} | {tp} | {pp} | {v} | {micro} | {batch} | {paper} | {got:.0f} | {got / float(paper):.2f} | "
+      f"{'yes' if explain['fits'] else 'no (%.0f GiB)' % (explain['memory_bytes']['total'] / 2**30)} | "
+      f"{rank if rank else '-'} of {len(plan['layouts'])} |")
+PY
+done <<<"$rows"

@@ -1,0 +1,161 @@
+// `strata plan`: loads the config and the hardware profile, ranks the layouts (or explains the
+// config's own), prints them as a table with each one's memory and step-time breakdown or as
+// JSON, and writes the best as a config `strata train` runs as is.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/core.h"
+#include "plan/plan_internal.h"
+
+namespace strata {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / kGiB); }
+
+std::string memory_line(const Prediction& p) {
+  const MemoryRecord& m = p.memory;
+  std::string line = fmt::format("params {} + grads {} + optimizer {} + workspace {} + activations {} = {} of {} GiB",
+                                 gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.workspace), gib(m.activations),
+                                 gib(m.total()), gib(p.memory_limit));
+  if (m.host > 0) line += fmt::format("; host {} of {} GiB", gib(m.host), gib(p.host_limit));
+  if (m.nvme > 0) line += fmt::format("; files {} GiB", gib(m.nvme));
+  return line;
+}
+
+std::string time_line(const StepTime& t) {
+  return fmt::format("compute {:.4g} + tp comm {:.3g} + pp comm {:.3g} + bubble {:.3g} + dp/zero comm {:.3g} (hidden "
+                     "{:.3g}) + optimizer {:.3g} + offload {:.3g} = {:.4g} s",
+                     t.compute, t.tp_comm, t.pp_comm, t.bubble, t.dp_comm, t.dp_hidden, t.optimizer, t.offload,
+                     t.total());
+}
+
+void print_breakdown(const Prediction& p) {
+  std::printf("    memory per rank (GiB, the stage needing most): %s\n", memory_line(p).c_str());
+  std::printf("    step time: %s\n", time_line(p.time).c_str());
+}
+
+nlohmann::json to_json(const Prediction& p) {
+  const Layout& l = p.layout;
+  const StepTime& t = p.time;
+  const MemoryRecord& m = p.memory;
+  return {{"layout", describe_layout(l)},
+          {"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"sequence_parallel", l.sp},
+          {"schedule", pipe_schedule_name(l.schedule)}, {"virtual_stages", l.virtual_stages},
+          {"micro_batch", l.micro_batch}, {"grad_accum", l.grad_accum}, {"zero_stage", l.zero_stage},
+          {"recompute", to_string(l.recompute)}, {"offload_optimizer", to_string(l.offload_optimizer)},
+          {"offload_param", to_string(l.offload_param)}, {"fits", p.fits},
+          {"tokens_per_s", p.tokens_per_s}, {"tflops_per_gpu", p.tflops_per_gpu}, {"mfu", p.mfu},
+          {"step_time_s", t.total()},
+          {"time_s", {{"compute", t.compute}, {"tp_comm", t.tp_comm}, {"pp_comm", t.pp_comm}, {"bubble", t.bubble},
+                      {"dp_comm", t.dp_comm}, {"dp_comm_hidden", t.dp_hidden}, {"optimizer", t.optimizer},
+                      {"offload", t.offload}}},
+          {"memory_bytes", {{"params", m.params}, {"grads", m.grads}, {"optimizer", m.optimizer},
+                            {"workspace", m.workspace}, {"activations", m.activations}, {"total", m.total()},
+                            {"host", m.host}, {"nvme", m.nvme}, {"limit", p.memory_limit},
+                            {"host_limit", p.host_limit}}}};
+}
+
+// The config resolved for `gpus` ranks; when its own grid does not divide them, with TP and PP
+// of 1 (the planner only needs the model and the global batch from it).
+Config load_for(const PlanOptions& o, int gpus) {
+  try {
+    return load_config_file(o.config_path, o.overrides, gpus);
+  } catch (const UserError&) {
+    if (o.explain) throw;
+  }
+  std::vector<std::string> overrides = o.overrides;
+  for (const char* key : {"parallelism.tensor_model_parallel_size=1", "parallelism.pipeline_model_parallel_size=1",
+                          "parallelism.sequence_parallel=false", "parallelism.pipeline.schedule=1f1b",
+                          "parallelism.pipeline.virtual_stages=1", "parallelism.pipeline.partition=uniform"})
+    overrides.emplace_back(key);
+  return load_config_file(o.config_path, overrides, gpus);
+}
+
+void write_config(const std::string& path, const Prediction& p, const HardwareProfile& hw) {
+  std::ofstream out(path);
+  out << fmt::format("# strata plan: {} on {} × {} — predicted {:.0f} tokens/s, {:.1f} TFLOP/s per GPU\n"
+                     "# run: mpirun -np {} strata train --config {}\n",
+                     describe_layout(p.layout), p.config.derived.world_size, hw.name, p.tokens_per_s,
+                     p.tflops_per_gpu, p.config.derived.world_size, path);
+  out << config_to_yaml(p.config);
+  if (!out) throw UserError(fmt::format("--write: cannot write {}", path));
+}
+
+[[noreturn]] void throw_nothing_fits(const std::vector<Prediction>& all, int gpus, const HardwareProfile& hw) {
+  if (all.empty()) throw UserError(fmt::format("no layout of {} GPUs is valid for this config", gpus));
+  const Prediction& least = all.front();  // sorted by memory when none fits
+  throw UserError(fmt::format("no layout of {} × {} fits: the smallest, {}, needs {} GiB per rank ({}) but a rank "
+                              "has {} GiB. Use more GPUs, a smaller model, micro-batch or seq_len",
+                              gpus, hw.name, describe_layout(least.layout), gib(least.memory.total()),
+                              memory_line(least), gib(least.memory_limit)));
+}
+
+int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& hw, int gpn) {
+  PlanRequest req{o.gpus, gpn, o.tp_across_nodes, plan_axes_keeping(o.keep)};
+  int considered = 0;
+  const std::vector<Prediction> all = plan_layouts(cfg, hw, req, &considered);
+  const auto fitting = static_cast<int>(std::count_if(all.begin(), all.end(), [](const Prediction& p) { return p.fits; }));
+  if (fitting == 0) throw_nothing_fits(all, o.gpus, hw);
+  const int shown = std::min(o.top, fitting);
+  if (!o.write_path.empty()) write_config(o.write_path, all.front(), hw);
+  if (o.json) {
+    nlohmann::json j = {{"hardware", hw.name}, {"gpus", o.gpus}, {"gpus_per_node", gpn},
+                        {"global_batch", cfg.derived.global_batch}, {"considered", considered}, {"fit", fitting},
+                        {"layouts", nlohmann::json::array()}};
+    for (int i = 0; i < shown; ++i) j["layouts"].push_back(to_json(all[static_cast<size_t>(i)]));
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  const double n = static_cast<double>(cfg.derived.n_params);
+  const std::string params = n >= 1e9 ? fmt::format("{:.2f}B", n / 1e9) : fmt::format("{:.1f}M", n / 1e6);
+  std::printf("strata plan: %s parameters, seq_len %d, global batch %d on %d × %s (%d per node)\n", params.c_str(),
+              cfg.model.seq_len, cfg.derived.global_batch, o.gpus, hw.name.c_str(), gpn);
+  std::printf("%d layouts considered, %d valid, %d fit; the best %d by predicted tokens/s:\n", considered,
+              static_cast<int>(all.size()), fitting, shown);
+  for (int i = 0; i < shown; ++i) {
+    const Prediction& p = all[static_cast<size_t>(i)];
+    std::printf("%2d. %-72s %11.0f tok/s %8.3g TFLOP/s/GPU  MFU %4.1f%%  %s GiB\n", i + 1,
+                describe_layout(p.layout).c_str(), p.tokens_per_s, p.tflops_per_gpu, 100 * p.mfu,
+                gib(static_cast<double>(p.memory.total())).c_str());
+    print_breakdown(p);
+  }
+  if (!o.write_path.empty()) std::printf("wrote the best layout to %s\n", o.write_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int run_plan(const MpiRuntime* mpi, const PlanOptions& o) {
+  if (o.calibrate) return run_calibration(mpi, o);
+  if (o.config_path.empty()) throw UserError("strata plan: give --config FILE");
+  const HardwareProfile hw = load_hardware_profile(o.hardware);
+  const int gpn = o.gpus_per_node > 0 ? o.gpus_per_node : hw.gpus_per_node;
+  if (o.explain) {
+    if (o.gpus <= 0) throw UserError("strata plan --explain: give --gpus N (the ranks the config will run on)");
+    const Config cfg = load_for(o, o.gpus);
+    const Prediction p = predict_layout(cfg, hw, gpn);
+    if (o.json) {
+      std::printf("%s\n", to_json(p).dump(2).c_str());
+      return 0;
+    }
+    std::printf("strata plan --explain: %s on %d × %s (%d per node)%s\n", describe_layout(p.layout).c_str(),
+                cfg.derived.world_size, hw.name.c_str(), gpn, p.fits ? "" : " — DOES NOT FIT");
+    std::printf("    predicted %.0f tokens/s, %.3g TFLOP/s per GPU, MFU %.1f%%\n", p.tokens_per_s, p.tflops_per_gpu,
+                100 * p.mfu);
+    print_breakdown(p);
+    return 0;
+  }
+  if (o.gpus <= 0) throw UserError("strata plan: give --gpus N (the ranks to plan for), or --explain");
+  if (o.gpus > gpn && o.gpus % gpn != 0)
+    throw UserError(fmt::format("--gpus {} is not a multiple of the {} GPUs per node (--gpus-per-node or the "
+                                "profile's gpus_per_node)",
+                                o.gpus, gpn));
+  return print_plan(o, load_for(o, o.gpus), hw, gpn);
+}
+
+}  // namespace strata

@@ -1,0 +1,59 @@
+// Internal pieces of src/plan shared between its files: the shapes the time model reads (taken
+// from a resolved config by predict.cpp) and the costs it gives back.
+#pragma once
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace strata {
+
+// What one rank computes, per micro-batch.
+struct ModelShape {
+  int d_model = 0, n_head = 0, seq_len = 0, padded_vocab = 0;
+  int micro_batch = 1, grad_accum = 1;
+  int tp = 1, pp = 1, virtual_stages = 1;
+  bool sp = false;
+  PipeSchedule schedule = PipeSchedule::OneFOneB;
+  ActivationRecompute recompute = ActivationRecompute::None;
+  double elem_bytes = 2;            // the working dtype's
+  double peak_tflops = 0;           // this rank's (its share of a CPU node's)
+  double memory_bandwidth_gbs = 0;  // this rank's
+  bool tp_across_nodes = false, pp_across_nodes = false;
+  int layer_groups = 1;             // ZeRO 3's gather units on a rank
+};
+
+// A model chunk: its layers and whether it holds the embeddings or the head.
+struct ChunkShape {
+  int layers = 0;
+  bool embedding = false, head = false;
+};
+struct StageShape {
+  std::vector<ChunkShape> chunks;
+  double params = 0;  // parameters a rank of this stage holds (its TP slice)
+};
+
+// The data-parallel side of a layout.
+struct DpShape {
+  int ranks = 1;
+  int zero_stage = 0;
+  bool overlap_comm = false;
+  bool across_nodes = false;
+  double comm_bytes = 4;  // per gradient element in the reductions
+  double bucket_elements = 5e8;
+  bool offload_optimizer = false, offload_param = false;
+};
+
+// Seconds per micro-batch of one chunk on one rank.
+struct ChunkCost {
+  double forward = 0, backward = 0;  // compute (backward with its recompute)
+  double tp_forward = 0, tp_backward = 0;
+};
+
+ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const ChunkShape& c);
+// `strata plan --calibrate` (calibrate.cpp).
+int run_calibration(const MpiRuntime* mpi, const PlanOptions& options);
+
+StepTime step_time(const ModelShape& m, const HardwareProfile& hw, const std::vector<StageShape>& stages,
+                   const DpShape& dp);
+
+}  // namespace strata

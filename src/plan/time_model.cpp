@@ -1,0 +1,187 @@
+// The step-time model: each pipeline stage's forward and backward per micro-batch from its
+// layers' FLOPs and bytes at the profile's rates; tensor-parallel collectives (Megatron's four
+// all-reduces of a layer's activations, six with full recompute), pipeline sends, and the bubble
+// the schedule tables give for those costs; ZeRO's collectives (the volumes the traffic tests
+// check) with the share backward hides; the optimizer and the offload transfers.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "plan/plan_internal.h"
+#include "train/train.h"
+
+namespace strata {
+namespace {
+
+// Ring collectives over `ranks` ranks on `link`: all-reduce moves 2(p−1)/p of the buffer,
+// reduce-scatter and all-gather (p−1)/p, in p−1 (twice p−1) latency-bound steps.
+double all_reduce_s(double bytes, int ranks, const LinkProfile& link) {
+  if (ranks <= 1) return 0;
+  const double p = ranks;
+  return 2 * (p - 1) / p * bytes / (link.bandwidth_gbs * 1e9) + 2 * (p - 1) * link.latency_us * 1e-6;
+}
+double reduce_scatter_s(double bytes, int ranks, const LinkProfile& link) {
+  if (ranks <= 1) return 0;
+  const double p = ranks;
+  return (p - 1) / p * bytes / (link.bandwidth_gbs * 1e9) + (p - 1) * link.latency_us * 1e-6;
+}
+
+// The makespan of the schedule tables for a forward cost of 1 per micro-batch over a stage's
+// chunks and the given backward cost (simulated once per shape and cost ratio: times scale linearly with the costs).
+double pipeline_makespan(const PipeShape& shape, double backward_over_forward) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int, long>, double> memo;
+  const long ratio = std::lround(backward_over_forward * 1000);
+  const auto key = std::make_tuple(static_cast<int>(shape.schedule), shape.stages, shape.virtual_stages,
+                                   shape.micro_batches, ratio);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = memo.find(key);
+  if (it != memo.end()) return it->second;
+  const PipeSimulation sim = simulate_pipeline(shape, 1.0, static_cast<double>(ratio) / 1000);
+  const double makespan = sim.completed ? sim.makespan : -1;
+  memo.emplace(key, makespan);
+  return makespan;
+}
+
+// ZeRO's collectives over the slowest stage's `psi` parameters, the share backward hides, and the
+// optimizer step (on the device or, offloaded, on the host with its PCIe transfers).
+void add_data_parallel(const ModelShape& m, const HardwareProfile& hw, const DpShape& dp, double psi,
+                       double last_backward, StepTime& t) {
+  const double micro = m.grad_accum;
+  const LinkProfile& link = dp.across_nodes ? hw.inter_node : hw.intra_node;
+  const double grad_bytes = psi * dp.comm_bytes, param_bytes = psi * m.elem_bytes;
+  const double buckets = std::max(1.0, std::ceil(psi / std::max<double>(1, dp.bucket_elements)));
+  const double overlappable = 1 - 1 / buckets;  // the last bucket is reduced after backward
+  double reduce = 0, gather = 0;
+  switch (dp.zero_stage) {
+    case 0: reduce = all_reduce_s(grad_bytes, dp.ranks, link); break;
+    case 1: reduce = reduce_scatter_s(grad_bytes, dp.ranks, link); break;
+    default: reduce = micro * reduce_scatter_s(grad_bytes, dp.ranks, link); break;  // every micro-batch
+  }
+  if (dp.zero_stage == 1 || dp.zero_stage == 2) gather = reduce_scatter_s(param_bytes, dp.ranks, link);
+  // What runs under compute: ZeRO 3's gathers (each layer group for its forward and again for its
+  // backward, all but a pass's first prefetched) under forward and backward; with overlap_comm the
+  // reductions but the last bucket under backward (every micro-batch's at ZeRO 2-3, the last
+  // one's at 0-1). One link carries them all, so together they hide under that compute at most.
+  double hideable = 0, window = 0;
+  if (dp.zero_stage == 3) {
+    gather = micro * 2 * reduce_scatter_s(param_bytes, dp.ranks, link);
+    hideable += gather * (1 - 1.0 / std::max(1, m.layer_groups));
+    window = t.compute;
+  }
+  if (dp.overlap_comm) {
+    hideable += reduce * overlappable;
+    window = std::max(window, dp.zero_stage >= 2 ? t.compute * 2 / 3 : last_backward);
+  }
+  t.dp_comm = reduce + gather;
+  t.dp_hidden = std::min(hideable, window);
+  // AdamW over the shard this rank owns: fp32 master, m, v and gradient read, the first three
+  // written, the working copy written (28 + e bytes per parameter).
+  const double owned = dp.zero_stage >= 1 ? psi / dp.ranks : psi;
+  const double dev_rate = m.memory_bandwidth_gbs * 1e9;  // a streaming pass, as the bandwidth is measured
+  if (dp.offload_optimizer && hw.gpu) {
+    const double host_rate = hw.host_memory_bandwidth_gbs * 1e9 / hw.gpus_per_node;
+    const double host = owned * 28 / host_rate;
+    const double pcie = owned * (4 + m.elem_bytes) / (hw.host_link_gbs * 1e9);
+    t.offload = std::max(host, pcie);
+  } else {
+    t.optimizer = owned * (28 + m.elem_bytes) / dev_rate;
+  }
+  if (dp.offload_param && hw.gpu) {
+    t.offload += micro * 2 * (psi / dp.ranks) * m.elem_bytes / (hw.host_link_gbs * 1e9);
+  }
+}
+
+}  // namespace
+
+ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const ChunkShape& c) {
+  const double h = m.d_model, s = m.seq_len, t = m.tp, e = m.elem_bytes;
+  const double N = m.micro_batch * s;  // tokens per micro-batch
+  const double flop_rate = m.peak_tflops * 1e12;
+  const double gemm_rate = flop_rate * hw.gemm_efficiency, attn_rate = flop_rate * hw.attention_efficiency;
+  const double byte_rate = m.memory_bandwidth_gbs * 1e9 * hw.memory_efficiency;
+  const double op = hw.op_overhead_us * 1e-6;
+  const double rows = m.sp ? N / t : N;  // token rows of the residual stream on this rank
+  // One layer's forward: the four matrix products (24h² per token), the causal attention core
+  // (half of 4hs per token, its reads and writes in its efficiency), and the elementwise passes
+  // (layernorms and residuals on the rows this rank holds, GELU on its slice). Backward: twice
+  // the products and the passes, 2.5 times the attention core (FlashAttention's count).
+  const double gemm = 24 * h * h * N / t / gemm_rate;
+  const double attn = 2 * h * s * N / t / attn_rate;
+  const double elem = (10 * h * e * rows + 8 * h * e * N / t) / byte_rate;
+  const double fwd = gemm + attn + elem + 14 * op;
+  const double bwd = 2 * gemm + 2.5 * attn + 2 * elem + 24 * op;
+  const LinkProfile& tp_link = m.tp_across_nodes ? hw.inter_node : hw.intra_node;
+  // Two all-reduces (or reduce-scatter + all-gather under SP: the same bytes) per layer each way.
+  const double tp_one = all_reduce_s(N * h * e, m.tp, tp_link);
+  double recompute = 0, recompute_tp = 0;
+  if (m.recompute == ActivationRecompute::Full) {
+    recompute = fwd;
+    recompute_tp = 2 * tp_one;
+  } else if (m.recompute == ActivationRecompute::Selective) {
+    recompute = attn;
+  }
+  ChunkCost cost;
+  cost.forward = c.layers * fwd;
+  cost.backward = c.layers * (bwd + recompute);
+  cost.tp_forward = c.layers * 2 * tp_one;
+  cost.tp_backward = c.layers * (2 * tp_one + recompute_tp);
+  if (c.embedding) {  // gather of two tables, and the vocabulary-parallel sum over TP
+    cost.forward += 3 * N * h * e / byte_rate + 2 * op;
+    cost.backward += 3 * N * h * 4 / byte_rate + 2 * op;
+    cost.tp_forward += tp_one;
+  }
+  if (c.head) {  // final layernorm, logits (2hV per token), the fused softmax cross-entropy
+    const double V = m.padded_vocab;
+    cost.forward += 4 * h * e * rows / byte_rate + 2 * h * V * N / t / gemm_rate + 8 * N * V / t / byte_rate + 4 * op;
+    cost.backward += 8 * h * e * rows / byte_rate + 4 * h * V * N / t / gemm_rate + 8 * N * V / t / byte_rate + 6 * op;
+    if (m.sp) cost.tp_forward += tp_one / 2, cost.tp_backward += tp_one / 2;  // gather/scatter of the rows
+  }
+  return cost;
+}
+
+StepTime step_time(const ModelShape& m, const HardwareProfile& hw, const std::vector<StageShape>& stages,
+                   const DpShape& dp) {
+  StepTime t;
+  const double micro = m.grad_accum;
+  // The slowest stage sets the pace; its per-chunk costs drive the schedule's simulation.
+  double worst = -1, f_chunk = 0, b_chunk = 0, stage_params = 0, last_backward = 0;
+  for (const StageShape& st : stages) {
+    double compute = 0, tp = 0, f = 0, b = 0;
+    for (const ChunkShape& c : st.chunks) {
+      const ChunkCost cc = chunk_cost(m, hw, c);
+      compute += cc.forward + cc.backward;
+      tp += cc.tp_forward + cc.tp_backward;
+      f += cc.forward + cc.tp_forward;
+      b += cc.backward + cc.tp_backward;
+    }
+    if (compute + tp > worst) {
+      worst = compute + tp;
+      t.compute = micro * compute;
+      t.tp_comm = micro * tp;
+      f_chunk = f / st.chunks.size();
+      b_chunk = b / st.chunks.size();
+      last_backward = b;
+      stage_params = st.params;
+    }
+  }
+  if (m.pp > 1) {
+    // One activation (or its gradient) per chunk boundary and micro-batch each way.
+    const double bytes = m.micro_batch * m.seq_len * m.d_model * m.elem_bytes / (m.sp ? m.tp : 1);
+    const LinkProfile& link = m.pp_across_nodes ? hw.inter_node : hw.intra_node;
+    const double p2p = bytes / (link.bandwidth_gbs * 1e9) + link.latency_us * 1e-6;
+    const int v = m.virtual_stages;
+    t.pp_comm = micro * v * 2 * p2p;
+    f_chunk += p2p;
+    b_chunk += p2p;
+    const PipeShape shape{m.schedule, m.pp, v, m.grad_accum};
+    const double makespan = pipeline_makespan(shape, b_chunk / f_chunk);
+    if (makespan > 0) t.bubble = std::max(0.0, makespan * v * f_chunk - micro * v * (f_chunk + b_chunk));
+  }
+  add_data_parallel(m, hw, dp, stage_params, last_backward, t);
+  return t;
+}
+
+}  // namespace strata

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# `strata plan`: ranks layouts (fastest first, every one fitting), its JSON's parts add up, --write
+# gives a config `strata train` runs as is with the layout it names, --explain on that config
+# predicts what the plan did, --keep holds axes, --calibrate writes a profile the planner reads,
+# every shipped profile loads; and bad input (unknown profile, a field missing, GPUs not a
+# multiple of the node, a model that fits no layout, an unknown axis) exits 2 with the reason.
+source "$(dirname "$0")/../lib/common.sh"
+make_text_data "$WORK/data"
+write_small_config "$WORK/tiny.yaml" "$WORK/data" "train: {iters: 1, seed: 1}" \
+  "checkpoint: {dir: \"$WORK/ckpt\"}"
+
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware cpu-2core --top 3
+expect_contains "$OUT" "on 4 × cpu-2core (2 per node)"
+expect_contains "$OUT" "the best 3 by predicted tokens/s"
+expect_contains "$OUT" " 3. dp "
+expect_contains "$OUT" "memory per rank (GiB, the stage needing most): params"
+expect_contains "$OUT" "step time: compute"
+
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware cpu-2core --top 50 --json \
+  --write "$WORK/best.yaml"
+printf '%s\n' "$OUT" > "$WORK/plan.json"
+python3 - "$WORK/plan.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+layouts = plan["layouts"]
+assert plan["gpus"] == 4 and plan["fit"] >= len(layouts) == 50, (plan["fit"], len(layouts))
+speeds = [l["tokens_per_s"] for l in layouts]
+# Fastest first, speeds within half a percent counting as ties.
+assert all(b <= a * 1.005 for a, b in zip(speeds, speeds[1:])), speeds
+for l in layouts:
+    assert l["fits"] and l["dp"] * l["tp"] * l["pp"] == 4, l
+    t, m = l["time_s"], l["memory_bytes"]
+    total = t["compute"] + t["tp_comm"] + t["pp_comm"] + t["bubble"] + t["dp_comm"] - t["dp_comm_hidden"] \
+        + t["optimizer"] + t["offload"]
+    assert abs(total - l["step_time_s"]) <= 1e-9 * total, l
+    assert m["params"] + m["grads"] + m["optimizer"] + m["workspace"] + m["activations"] == m["total"], l
+    assert m["total"] <= m["limit"], l
+    assert abs(l["tokens_per_s"] * l["step_time_s"] - plan["global_batch"] * 32) < 1e-6 * l["tokens_per_s"], l
+print("ranked", len(layouts), "layouts; best:", layouts[0]["layout"])
+PY
+
+# The written config trains as is, on the layout the plan named.
+best=$(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["layouts"][0]; print(l["tp"], l["pp"], l["micro_batch"], l["zero_stage"], l["tokens_per_s"])' "$WORK/plan.json")
+read -r tp pp mb zero speed <<<"$best"
+run_expect 0 "$STRATA" config "$WORK/best.yaml" --world-size 4
+expect_contains "$OUT" "tensor_model_parallel_size: $tp"
+expect_contains "$OUT" "pipeline_model_parallel_size: $pp"
+expect_contains "$OUT" "train_micro_batch_size_per_gpu: $mb"
+expect_contains "$OUT" "  stage: $zero"
+run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 4 "$STRATA" train --config "$WORK/best.yaml"
+expect_contains "$OUT" "step 1/1"
+run_expect 0 "$STRATA" plan --config "$WORK/best.yaml" --gpus 4 --hardware cpu-2core --explain --json
+python3 -c 'import json,sys; got=json.loads(sys.argv[1])["tokens_per_s"]; want=float(sys.argv[2]); assert abs(got-want) <= 1e-9*want, (got, want)' "$OUT" "$speed"
+run_expect 0 "$STRATA" plan --config "$WORK/best.yaml" --gpus 4 --hardware cpu-2core --explain
+expect_contains "$OUT" "strata plan --explain: dp "
+expect_contains "$OUT" "predicted "
+
+# --keep holds axes at the config's values.
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware cpu-2core --top 20 --json \
+  --set zero_optimization.stage=2 --set model.recompute=full --keep zero,recompute,grid
+python3 -c '
+import json, sys
+for l in json.loads(sys.argv[1])["layouts"]:
+    assert l["zero_stage"] == 2 and l["recompute"] == "full" and (l["dp"], l["tp"], l["pp"]) == (4, 1, 1), l
+' "$OUT"
+
+# Every shipped profile loads; a GPU plan of a big model lands on the GPU's terms.
+for hw in a100-sxm-80gb h100-sxm h200-sxm cpu-2core; do
+  run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 1 --hardware "$hw" --explain
+  expect_contains "$OUT" "× $hw"
+done
+run_expect 0 "$STRATA" plan --config "$SRC/configs/gpt2-1558m.yaml" --gpus 16 --hardware h100-sxm --top 1
+expect_contains "$OUT" "1.56B parameters, seq_len 1024"
+
+# --calibrate measures this machine into a profile the planner reads.
+run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" plan --calibrate --config "$WORK/tiny.yaml" \
+  --out "$WORK/here.yaml"
+expect_contains "$OUT" "wrote $WORK/here.yaml"
+expect_contains "$(cat "$WORK/here.yaml")" "# Source: strata plan --calibrate on"
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware "$WORK/here.yaml" --top 1
+expect_contains "$OUT" "on 2 × here (2 per node)"
+
+# Bad input: exit 2 with the reason.
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware tpu-v9
+expect_contains "$OUT" "unknown profile 'tpu-v9'; known: a100-sxm-80gb, cpu-2core, h100-sxm, h200-sxm"
+grep -v '^peak_tflops_16bit' "$SRC/configs/hardware/h100-sxm.yaml" | sed 's/^gpus_per_node: 8/gpus_per_node: 8\nnvlink: 4/' \
+  > "$WORK/broken.yaml"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware "$WORK/broken.yaml"
+expect_contains "$OUT" "broken.yaml: peak_tflops_16bit: missing"
+expect_contains "$OUT" "broken.yaml: nvlink: unknown key"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 12 --hardware h100-sxm
+expect_contains "$OUT" "--gpus 12 is not a multiple of the 8 GPUs per node"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware h100-sxm --set model.n_layer=2000 \
+  --set model.d_model=8192 --set model.n_head=64 --set model.seq_len=4096
+expect_contains "$OUT" "no layout of 2 × h100-sxm fits: the smallest, dp "
+expect_contains "$OUT" "GiB per rank (params"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --keep zero,colour
+expect_contains "$OUT" "--keep: unknown axis 'colour'"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --explain
+expect_contains "$OUT" "give --gpus N"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml"
+expect_contains "$OUT" "give --gpus N"
+echo ok
