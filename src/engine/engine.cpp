@@ -51,7 +51,7 @@ Engine::Engine(Backend& backend, const EngineGroups& groups, const GptDims& dims
   strategy_ = make_sharding_strategy({&backend_, &dp_, &specs_, &groups_, tp_->size(), &times_.comm_wait},
                                      settings_.sharding);
   models_ = build_stage_models(dims, backend_, micro_batch, recompute, strategy_->store(), precision, tp_.get(), chunks_,
-                               slots_, specs_);
+                               chunk_slots_, specs_, activation_scratch_);
   model_ = models_.front().get();
   // Under a pipeline the strategy reduces after the schedule or after each chunk's backward.
   if (!pp_) model_->set_grad_ready_callback([this](int group) { strategy_->grad_ready(group); });
@@ -168,6 +168,7 @@ StepOutcome Engine::apply(double lr) {
 
 MemoryRecord Engine::memory() const {
   MemoryRecord m = strategy_->memory();
+  m.activations = static_cast<int64_t>(activation_scratch_.bytes());
   for (const std::unique_ptr<Gpt>& model : models_) m.activations += static_cast<int64_t>(model->activation_bytes());
   return m;
 }

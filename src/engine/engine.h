@@ -39,7 +39,8 @@ struct PipelineSettings {
 struct PipelineStagePlan {
   PipeShape shape;
   std::vector<GptChunk> chunks;
-  int slots = 1;
+  int slots = 1;                 // micro-batch-chunks in flight on the stage
+  std::vector<int> chunk_slots;  // per chunk: its micro-batches in flight (copies of its model)
 };
 PipelineStagePlan pipeline_stage_plan(const PipelineSettings& settings, int n_layer, int stages, int stage);
 
@@ -143,7 +144,8 @@ class Engine {
   int pipeline_stages() const { return stages_; }
   bool last_stage() const { return stage_ + 1 == stages_; }
   // Slots per chunk: the micro-batches whose activations this rank keeps at once.
-  int pipeline_slots() const { return slots_; }
+  // Per chunk of this stage: the micro-batches whose activations it keeps at once.
+  const std::vector<int>& pipeline_chunk_slots() const { return chunk_slots_; }
   const PipeShape& pipeline_shape() const { return shape_; }
   const TensorParallel& tensor_parallel() const { return *tp_; }
   int zero_stage() const { return settings_.sharding.zero_stage; }
@@ -223,7 +225,8 @@ class Engine {
   // Pipeline parallelism: this rank's stage, chunks, slots and schedule table.
   void plan_pipeline();
   Gpt& chunk_model(int chunk, int micro_batch) {
-    return *models_[static_cast<size_t>(chunk * slots_ + micro_batch % slots_)];
+    const auto c = static_cast<size_t>(chunk);
+    return *models_[static_cast<size_t>(chunk_first_[c] + micro_batch % chunk_slots_[c])];
   }
   // The action's transfers of micro-batches below `below` (all of them when not stopping).
   void communicate(const PipeAction& action, int B, int T, int below);
@@ -259,7 +262,8 @@ class Engine {
   std::vector<LayerGroup> groups_;  // n_layer + 2, empty where this rank holds none
   // Declared before the models, which use its store: destroyed after them.
   std::unique_ptr<ShardingStrategy> strategy_;
-  std::vector<std::unique_ptr<Gpt>> models_;  // chunk c, slot k at c · slots_ + k
+  Buffer activation_scratch_;  // the models' shared activation scratch: destroyed after them
+  std::vector<std::unique_ptr<Gpt>> models_;  // chunk c's chunk_slots_[c] copies from chunk_first_[c]
   // The head chunk's forwards of this step in the order they ran: which slot's model logged
   // which micro-batch's losses.
   std::vector<std::pair<Gpt*, int>> logged_heads_;
@@ -268,6 +272,7 @@ class Engine {
   Comm* embedding_ = nullptr;
   int stages_ = 1, stage_ = 0, slots_ = 1;
   std::vector<GptChunk> chunks_;
+  std::vector<int> chunk_slots_ = {1}, chunk_first_ = {0};
   PipeShape shape_;
   int stopped_before_ = 0;  // of the last pipeline_step: its micro-batch count unless stopped
   std::vector<PipeAction> table_;

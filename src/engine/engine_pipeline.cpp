@@ -44,6 +44,7 @@ PipelineStagePlan pipeline_stage_plan(const PipelineSettings& ps, int n_layer, i
     plan.chunks.push_back({l.begin, l.end, k == 0, k == chunk_count - 1});
   }
   plan.slots = std::max(1, pipe_in_flight_bound(plan.shape, stage));
+  plan.chunk_slots = pipe_chunk_in_flight(plan.shape, stage);
   return plan;
 }
 
@@ -58,6 +59,9 @@ void Engine::plan_pipeline() {
   shape_ = plan.shape;
   chunks_ = std::move(plan.chunks);
   slots_ = plan.slots;
+  chunk_slots_ = plan.chunk_slots;
+  chunk_first_.assign(chunk_slots_.size(), 0);
+  for (size_t c = 1; c < chunk_slots_.size(); ++c) chunk_first_[c] = chunk_first_[c - 1] + chunk_slots_[c - 1];
   table_ = pipe_schedule(shape_, stage_);
 }
 

@@ -26,9 +26,9 @@ Tensor row_block(const Tensor& t, int64_t first, int64_t count) {
 }  // namespace
 
 Gpt::Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute, ParamStore* store,
-         DType dtype, TensorParallel* tp, GptChunk chunk, const std::vector<ParamSpec>* layout)
+         DType dtype, TensorParallel* tp, GptChunk chunk, const std::vector<ParamSpec>* layout, const Buffer* scratch)
     : dims_(dims), chunk_(chunk), backend_(backend), max_batch_(max_batch), recompute_(recompute), dtype_(dtype),
-      tp_(tp) {
+      tp_(tp), scratch_(scratch) {
   if (chunk_.layer_end < 0) chunk_.layer_end = dims.n_layer;
   if (!chunk_.head && local_layers() < 1) throw std::logic_error("Gpt: a chunk without the head needs a layer");
   if (max_batch <= 0) throw UserError("micro-batch size must be positive, got " + std::to_string(max_batch));
@@ -77,11 +77,22 @@ Gpt::~Gpt() = default;
 std::vector<std::unique_ptr<Gpt>> build_stage_models(const GptDims& dims, Backend& backend, int max_batch,
                                                      ActivationRecompute recompute, ParamStore& store, DType dtype,
                                                      TensorParallel* tp, const std::vector<GptChunk>& chunks,
-                                                     int slots, const std::vector<ParamSpec>& layout) {
-  std::vector<std::unique_ptr<Gpt>> models;
+                                                     const std::vector<int>& slots,
+                                                     const std::vector<ParamSpec>& layout, Buffer& scratch) {
+  if (slots.size() != chunks.size()) throw std::logic_error("build_stage_models: a slot count per chunk");
+  const bool sp = tp && tp->sequence_parallel();
+  size_t scratch_bytes = 0;
   for (const GptChunk& chunk : chunks) {
-    for (int k = 0; k < slots; ++k) {
-      models.push_back(std::make_unique<Gpt>(dims, backend, max_batch, recompute, &store, dtype, tp, chunk, &layout));
+    const ActivationBytes bytes =
+        gpt_activation_bytes(dims, max_batch, recompute, dtype, tp ? tp->size() : 1, sp, nullptr, chunk);
+    scratch_bytes = std::max(scratch_bytes, bytes.scratch);
+  }
+  scratch = backend.allocate(scratch_bytes);
+  std::vector<std::unique_ptr<Gpt>> models;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    for (int k = 0; k < slots[c]; ++k) {
+      models.push_back(
+          std::make_unique<Gpt>(dims, backend, max_batch, recompute, &store, dtype, tp, chunks[c], &layout, &scratch));
     }
   }
   return models;

@@ -26,9 +26,11 @@ enum class ActivationRecompute { None, Selective, Full };
 // its backward (the quantity Korthikanti et al.'s formulas give), layers = n_layer × per_layer;
 // shared: one block's recompute scratch (selective: the attention core's output; full: a whole
 // block's activations); other: the embedding output, the final layernorm, logits, losses and
-// backward scratch. total = layers + shared + other = Gpt::activation_bytes().
+// backward scratch. total = layers + shared + other. scratch: the part of total a forward or
+// backward uses only while it runs (shared, and the products and gradients between a block's
+// layers): a pipeline stage's models share one copy of it (build_stage_models).
 struct ActivationBytes {
-  size_t per_layer = 0, layers = 0, shared = 0, other = 0, total = 0;
+  size_t per_layer = 0, layers = 0, shared = 0, other = 0, total = 0, scratch = 0;
 };
 
 // Byte offsets of the activation arena's slots (planned in gpt_arena.cpp). Residual i is at
@@ -52,6 +54,9 @@ struct GptArenaLayout {
   size_t dresidual = 0, dnarrow = 0, dwide = 0;  // backward scratch
   size_t dfull = 0;       // SP: (padded rows, C) a gathered output gradient
   size_t sample_row = 0;  // TP: (padded_vocab) one row of logits gathered
+  // Offsets from here on are in the scratch (at offset − scratch_base there); those below it in
+  // the model's own arena, which keeps them from a micro-batch's forward to its backward.
+  size_t scratch_base = 0;
 };
 
 // The activation arena a Gpt with these settings allocates, without allocating it (for memory
@@ -77,10 +82,12 @@ class Gpt {
   // attention, its columns of the MLP, its rows of the vocabulary.
   // `chunk` (pipeline parallelism): the model holds and runs that chunk only; `layout` (with an
   // external store) the rank's flat layout the store uses (gpt_rank_specs), where the chunk's
-  // parameters take their offsets from.
+  // parameters take their offsets from. `scratch` (optional, at least activation_breakdown().scratch
+  // bytes, outliving the model): the activation scratch, shared with other models that never
+  // run at the same time; without it the model allocates its own.
   Gpt(const GptDims& dims, Backend& backend, int max_batch, ActivationRecompute recompute,
       ParamStore* store = nullptr, DType dtype = DType::F32, TensorParallel* tp = nullptr, GptChunk chunk = {},
-      const std::vector<ParamSpec>* layout = nullptr);
+      const std::vector<ParamSpec>* layout = nullptr, const Buffer* scratch = nullptr);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -162,7 +169,8 @@ class Gpt {
   Tensor chunk_output_grad(int B, int T) const;
   Tensor chunk_input_grad(int B, int T) const { return chunk_output_grad(B, T); }  // the same buffer, later
 
-  size_t activation_bytes() const { return activation_bytes_.total; }
+  // The activation bytes this model allocated: its arena, and its scratch unless it shares one.
+  size_t activation_bytes() const { return activations_.bytes() + own_scratch_.bytes(); }
   const ActivationBytes& activation_breakdown() const { return activation_bytes_; }
 
  private:
@@ -255,7 +263,9 @@ class Gpt {
   ParamStore* store_ = nullptr;
   FlatParamStore* flat_ = nullptr;  // store_ when it is a FlatParamStore
   std::function<void(int)> grad_ready_;
-  Buffer activations_;
+  Buffer activations_;   // what a micro-batch keeps from its forward to its backward
+  Buffer own_scratch_;   // the scratch, when no shared one was given
+  const Buffer* scratch_ = nullptr;
   ActivationBytes activation_bytes_;
 
   // This rank's widths: attention (C / TP, n_head / TP heads), MLP (4C / TP), vocabulary slice.
@@ -281,11 +291,14 @@ class Gpt {
 };
 
 // The models of one pipeline stage (without a pipeline: the whole model): one Gpt per chunk and
-// in-flight micro-batch slot, chunk c's slot k at c · slots + k, all on `store` (which must
-// outlive them) in this rank's flat `layout` (gpt_rank_specs, also outliving them).
+// in-flight micro-batch slot, chunk c's slots[c] copies one after another (chunk 0's first), all
+// on `store` (which must outlive them) in this rank's flat `layout` (gpt_rank_specs, also
+// outliving them), sharing `scratch`, which this allocates (the largest chunk's; it must outlive
+// them): a stage runs one forward or backward at a time.
 std::vector<std::unique_ptr<Gpt>> build_stage_models(const GptDims& dims, Backend& backend, int max_batch,
                                                      ActivationRecompute recompute, ParamStore& store, DType dtype,
                                                      TensorParallel* tp, const std::vector<GptChunk>& chunks,
-                                                     int slots, const std::vector<ParamSpec>& layout);
+                                                     const std::vector<int>& slots,
+                                                     const std::vector<ParamSpec>& layout, Buffer& scratch);
 
 }  // namespace strata

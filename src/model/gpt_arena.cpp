@@ -95,26 +95,23 @@ ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, Activat
   const size_t vocab_rows = static_cast<size_t>(dims.padded_vocab) / t;
   const size_t local_c = local * C * w, full_c = padded * C * w;
   ArenaPlan plan;
+  // What a micro-batch keeps from its forward to its backward (and what a pipeline stage sends
+  // and receives into): its tokens and targets, block l's input for l < L (in every mode), the
+  // last block's output, the blocks' saved activations, the head's, and d(the chunk's input).
   o.tokens = plan.reserve(padded * sizeof(int32_t), Slot::Other);
   o.targets = plan.reserve(padded * sizeof(int32_t), Slot::Other);
-  // Block l's input for l < L (kept per layer in every mode), and the last block's output.
   o.residual = plan.reserve(local_c, Slot::Layers);
   for (int l = 1; l < layers; ++l) plan.reserve(local_c, Slot::Layers);
   plan.reserve(local_c, Slot::Other);
+  o.residual_stride = (local_c + 255) / 256 * 256;
   const size_t attn_bytes = padded * attn_width * w;
   const size_t lse_bytes = static_cast<size_t>(max_batch) * heads * static_cast<size_t>(dims.seq_len) * f32;
   const bool full = recompute == ActivationRecompute::Full;
   const bool selective = recompute == ActivationRecompute::Selective;
-  const Slot kind = full ? Slot::Shared : Slot::Layers;
-  const int saved_blocks = full ? std::min(layers, 1) : layers;
   const BlockBytes block{local_c, attn_bytes, lse_bytes, padded * mlp_width * w, local * f32};
-  for (int l = 0; l < saved_blocks; ++l) o.blocks.push_back(reserve_block(plan, block, kind, selective));
-  if (selective) {
-    o.shared_atty = plan.reserve(attn_bytes, Slot::Shared);
-    o.shared_lse = plan.reserve(lse_bytes, Slot::Shared);
+  if (!full) {
+    for (int l = 0; l < layers; ++l) o.blocks.push_back(reserve_block(plan, block, Slot::Layers, selective));
   }
-  o.block_out = plan.reserve(full_c, Slot::Other);
-  if (sp) o.gathered = plan.reserve(full_c, Slot::Other);
   if (chunk.head) {
     o.lnf = plan.reserve(local_c, Slot::Other);
     o.lnf_mean = plan.reserve(local * f32, Slot::Other);
@@ -129,10 +126,19 @@ ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, Activat
     o.sample_row = plan.reserve(static_cast<size_t>(dims.padded_vocab) * w, Slot::Other);
   }
   o.dresidual = plan.reserve(local_c, Slot::Other);
+  // The scratch: what a forward or backward uses only while it runs (full recompute's one block,
+  // recomputed in backward; selective's attention core; the products and gradients in a block).
+  o.scratch_base = plan.size();
+  if (full && layers > 0) o.blocks.push_back(reserve_block(plan, block, Slot::Shared, selective));
+  if (selective) {
+    o.shared_atty = plan.reserve(attn_bytes, Slot::Shared);
+    o.shared_lse = plan.reserve(lse_bytes, Slot::Shared);
+  }
+  o.block_out = plan.reserve(full_c, Slot::Other);
+  if (sp) o.gathered = plan.reserve(full_c, Slot::Other);
   o.dnarrow = plan.reserve(full_c, Slot::Other);
   o.dwide = plan.reserve(padded * mlp_width * w, Slot::Other);
   if (sp) o.dfull = plan.reserve(full_c, Slot::Other);
-  o.residual_stride = (local_c + 255) / 256 * 256;
 
   ActivationBytes bytes;
   bytes.layers = plan.bytes(Slot::Layers);
@@ -140,16 +146,24 @@ ActivationBytes gpt_activation_bytes(const GptDims& dims, int max_batch, Activat
   bytes.shared = plan.bytes(Slot::Shared);
   bytes.other = plan.bytes(Slot::Other);
   bytes.total = plan.size();
+  bytes.scratch = plan.size() - o.scratch_base;
   return bytes;
 }
 
 void Gpt::plan_arena() {
   activation_bytes_ =
       gpt_activation_bytes(dims_, max_batch_, recompute_, dtype_, tp_size(), sequence_parallel(), &arena_, chunk_);
-  activations_ = backend_.allocate(activation_bytes_.total);
+  activations_ = backend_.allocate(arena_.scratch_base);
+  if (!scratch_) {
+    own_scratch_ = backend_.allocate(activation_bytes_.scratch);
+    scratch_ = &own_scratch_;
+  } else if (scratch_->bytes() < activation_bytes_.scratch) {
+    throw std::logic_error("Gpt: the shared activation scratch is smaller than this model's");
+  }
 }
 
 Tensor Gpt::act(size_t offset, std::initializer_list<int64_t> dims, DType dtype) const {
+  if (offset >= arena_.scratch_base) return scratch_->view(offset - arena_.scratch_base, dtype, dims);
   return activations_.view(offset, dtype, dims);
 }
 

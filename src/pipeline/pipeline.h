@@ -86,6 +86,11 @@ std::vector<PipeAction> pipe_schedule(const PipeShape& shape, int stage);
 // Most micro-batch-chunks whose forward ran and backward did not, on `stage` (the activations it
 // keeps at once): p − s for 1F1B, m for GPipe, Megatron's warmup + 1 for interleaving.
 int pipe_in_flight_bound(const PipeShape& shape, int stage);
+// The same per chunk of the stage (index: the chunk's place on the rank): the most micro-batches
+// of that chunk whose forward ran and backward did not, from the stage's table. A chunk runs its
+// forwards and its backwards in micro-batch order, so those in flight are consecutive and
+// micro-batch j can keep its activations in copy j mod this count.
+std::vector<int> pipe_chunk_in_flight(const PipeShape& shape, int stage);
 
 // ---- simulation ------------------------------------------------------------------------------
 // Runs every rank's table with compute times forward_cost and backward_cost per chunk and

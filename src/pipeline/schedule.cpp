@@ -247,6 +247,16 @@ int pipe_in_flight_bound(const PipeShape& s, int stage) {
   return s.micro_batches;
 }
 
+std::vector<int> pipe_chunk_in_flight(const PipeShape& s, int stage) {
+  std::vector<int> now(static_cast<size_t>(s.virtual_stages), 0), most(now.size(), 1);
+  for (const PipeAction& a : pipe_schedule(s, stage)) {
+    int& n = now[static_cast<size_t>(a.chunk)];
+    if (a.kind == PipeAction::Kind::Forward) most[static_cast<size_t>(a.chunk)] = std::max(most[static_cast<size_t>(a.chunk)], ++n);
+    if (a.kind == PipeAction::Kind::Backward) --n;
+  }
+  return most;
+}
+
 double pipe_bubble_theory(const PipeShape& s) {
   const double p = s.stages, m = s.micro_batches, v = s.virtual_stages;
   return (p - 1) / (v * m + p - 1);

@@ -3,8 +3,10 @@
 // JSON, and writes the best as a config `strata train` runs as is.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "core/core.h"
@@ -60,8 +62,24 @@ nlohmann::json to_json(const Prediction& p) {
                             {"host_limit", p.host_limit}}}};
 }
 
-// The config resolved for `gpus` ranks; when its own grid does not divide them, with TP and PP
-// of 1 (the planner only needs the model and the global batch from it).
+// train_batch_size as the file or a --set gives it (0: not given, or "auto").
+int given_global_batch(const PlanOptions& o) {
+  int value = 0;
+  try {
+    const YAML::Node root = YAML::LoadFile(o.config_path);
+    if (root.IsMap() && root["train_batch_size"].IsScalar()) value = root["train_batch_size"].as<int>();
+  } catch (const YAML::Exception&) {
+    value = 0;  // the loader below reports what is wrong with the file
+  }
+  for (const std::string& kv : o.overrides) {
+    if (kv.rfind("train_batch_size=", 0) == 0) value = std::atoi(kv.c_str() + 17);
+  }
+  return value;
+}
+
+// The config resolved for `gpus` ranks. When its own grid or batch split does not fit them, the
+// planner only needs the model and the global batch from it: resolved with TP and PP of 1 on the
+// GPUs, or, when the file gives train_batch_size, on one rank with micro-batch 1.
 Config load_for(const PlanOptions& o, int gpus) {
   try {
     return load_config_file(o.config_path, o.overrides, gpus);
@@ -73,7 +91,11 @@ Config load_for(const PlanOptions& o, int gpus) {
                           "parallelism.sequence_parallel=false", "parallelism.pipeline.schedule=1f1b",
                           "parallelism.pipeline.virtual_stages=1", "parallelism.pipeline.partition=uniform"})
     overrides.emplace_back(key);
-  return load_config_file(o.config_path, overrides, gpus);
+  const int global_batch = given_global_batch(o);
+  if (global_batch <= 0) return load_config_file(o.config_path, overrides, gpus);
+  overrides.emplace_back("train_micro_batch_size_per_gpu=1");
+  overrides.emplace_back(fmt::format("gradient_accumulation_steps={}", global_batch));
+  return load_config_file(o.config_path, overrides, 1);
 }
 
 void write_config(const std::string& path, const Prediction& p, const HardwareProfile& hw) {

@@ -85,11 +85,16 @@ MemoryRecord estimate_stage_memory(const Config& cfg, const EngineSettings& sett
   MemoryRecord e = estimate_sharding_memory(sharding, rank->specs, rank->groups, dp);
   const bool sp = cfg.parallelism.sequence_parallel && tp > 1;
   const ActivationRecompute recompute = cfg.model.recompute;
-  for (const GptChunk& chunk : plan.chunks) {
-    e.activations += plan.slots * static_cast<int64_t>(gpt_activation_bytes(dims, cfg.derived.micro_batch, recompute,
-                                                                            settings.sharding.precision, tp, sp, nullptr, chunk)
-                                                           .total);
+  // Each chunk's arena per micro-batch in flight, and one scratch (the largest chunk's) they share.
+  if (plan.chunk_slots.empty()) plan.chunk_slots = {1};
+  size_t scratch = 0;
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    const ActivationBytes bytes = gpt_activation_bytes(dims, cfg.derived.micro_batch, recompute,
+                                                       settings.sharding.precision, tp, sp, nullptr, plan.chunks[c]);
+    e.activations += plan.chunk_slots[c] * static_cast<int64_t>(bytes.total - bytes.scratch);
+    scratch = std::max(scratch, bytes.scratch);
   }
+  e.activations += static_cast<int64_t>(scratch);
   return e;
 }
 

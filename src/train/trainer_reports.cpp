@@ -3,6 +3,7 @@
 // peak after the first step, and each step's traffic per communicator and phase times (with the
 // pipeline stages' bubbles).
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -58,10 +59,10 @@ void Trainer::log_banner() {
       }
     }
     // Rank 0 is on stage 0: its slots are stage 0's micro-batches in flight.
-    log_info("pipeline: {}{}, {} micro-batches, stages {}; {} micro-batch(es) of activations kept per chunk on stage 0",
+    log_info("pipeline: {}{}, {} micro-batches, stages {}; activations kept for {} micro-batch(es) per chunk on stage 0",
              pipe_schedule_name(ps.schedule),
              ps.virtual_stages > 1 ? fmt::format(" x {}", ps.virtual_stages) : std::string(), ps.micro_batches, text,
-             engine_.pipeline_slots());
+             fmt::join(engine_.pipeline_chunk_slots(), "+"));
   }
   log_info("ZeRO stage {} over DP {}{}", cfg_.zero_optimization.stage, cfg_.derived.dp_size,
            engine_settings_from_config(cfg_).sharding.overlap_comm ? " (reductions overlap backward)" : "");

@@ -1,6 +1,6 @@
-// The shipped configs: every file under configs/ loads and validates today, at the fewest
-// ranks its layout needs and at eight, and the headline ones have the shapes their comments
-// promise.
+// The shipped configs: every file under configs/ (but configs/hardware/, the planner's machine
+// profiles) loads and validates today, at the fewest ranks its layout needs and at eight, and the
+// headline ones have the shapes their comments promise.
 #include <algorithm>
 #include <filesystem>
 
@@ -13,6 +13,7 @@ std::vector<std::string> shipped_configs() {
   std::vector<std::string> files;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(std::string(STRATA_SOURCE_DIR) + "/configs")) {
     const std::string ext = entry.path().extension().string();
+    if (entry.path().parent_path().filename() == "hardware") continue;  // `strata plan` profiles
     if (entry.is_regular_file() && (ext == ".yaml" || ext == ".yml" || ext == ".json"))
       files.push_back(entry.path().string());
   }

@@ -4,7 +4,9 @@
 // micro-batches in flight, runs every forward and backward once, and its bubble equals theory.
 #include "catch_compat.h"
 
+#include <algorithm>
 #include <map>
+#include <vector>
 #include <set>
 #include <tuple>
 
@@ -160,4 +162,47 @@ TEST_CASE("the simulator catches a deadlock and a compute before its input") {
   const PipeSimulation early = simulate_tables(shape, eager);
   CHECK(!early.completed);
   CHECK(early.problem.find("before its input") != std::string::npos);
+}
+
+// The per-chunk bound: a chunk's micro-batches in flight are consecutive and never more than its
+// count, so copy (micro-batch mod count) is never taken by another in flight; the counts are the
+// most the table reaches; under interleaving they add up to less than a copy per chunk of the
+// stage's whole bound (what each chunk kept before).
+TEST_CASE("each chunk keeps copies for its own micro-batches in flight, and copy j mod k never collides") {
+  for (PipeSchedule kind : {PipeSchedule::GPipe, PipeSchedule::OneFOneB, PipeSchedule::Interleaved}) {
+    for (int p : {2, 3, 4}) {
+      for (int v : {1, 2, 3}) {
+        if ((v > 1) != (kind == PipeSchedule::Interleaved)) continue;
+        for (int m : {p, 2 * p, 4 * p}) {
+          const PipeShape shape{kind, p, v, m};
+          INFO(pipe_schedule_name(kind) << " p=" << p << " v=" << v << " m=" << m);
+          int total_copies = 0;
+          for (int s = 0; s < p; ++s) {
+            const std::vector<int> slots = pipe_chunk_in_flight(shape, s);
+            REQUIRE(slots.size() == static_cast<size_t>(v));
+            std::vector<std::map<int, int>> held(static_cast<size_t>(v));  // chunk: copy -> micro-batch
+            std::vector<int> most(static_cast<size_t>(v), 0);
+            for (const PipeAction& a : pipe_schedule(shape, s)) {
+              if (a.kind == PipeAction::Kind::Communicate) continue;
+              std::map<int, int>& h = held[static_cast<size_t>(a.chunk)];
+              const int copy = a.micro_batch % slots[static_cast<size_t>(a.chunk)];
+              if (a.kind == PipeAction::Kind::Forward) {
+                CHECK(h.count(copy) == 0);
+                h[copy] = a.micro_batch;
+                most[static_cast<size_t>(a.chunk)] = std::max(most[static_cast<size_t>(a.chunk)], static_cast<int>(h.size()));
+              } else {
+                REQUIRE(h.count(copy) == 1);
+                CHECK(h[copy] == a.micro_batch);
+                h.erase(copy);
+              }
+            }
+            for (int c = 0; c < v; ++c) CHECK(most[static_cast<size_t>(c)] == slots[static_cast<size_t>(c)]);
+            if (v == 1) CHECK(slots[0] == pipe_in_flight_bound(shape, s));
+            for (int k : slots) total_copies += k;
+            if (v > 1 && s == 0) CHECK(total_copies < v * pipe_in_flight_bound(shape, s));
+          }
+        }
+      }
+    }
+  }
 }
