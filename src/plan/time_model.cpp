@@ -29,7 +29,8 @@ double reduce_scatter_s(double bytes, int ranks, const LinkProfile& link) {
 }
 
 // The makespan of the schedule tables for a forward cost of 1 per micro-batch over a stage's
-// chunks and the given backward cost (simulated once per shape and cost ratio: times scale linearly with the costs).
+// chunks and the given backward cost, a multiple of 1/1000 (simulated once per shape and cost
+// ratio: times scale linearly with the costs).
 double pipeline_makespan(const PipeShape& shape, double backward_over_forward) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, long>, double> memo;
@@ -177,8 +178,11 @@ StepTime step_time(const ModelShape& m, const HardwareProfile& hw, const std::ve
     f_chunk += p2p;
     b_chunk += p2p;
     const PipeShape shape{m.schedule, m.pp, v, m.grad_accum};
-    const double makespan = pipeline_makespan(shape, b_chunk / f_chunk);
-    if (makespan > 0) t.bubble = std::max(0.0, makespan * v * f_chunk - micro * v * (f_chunk + b_chunk));
+    // The tables' idle share at the (memoised, rounded) cost ratio, applied to the exact busy time.
+    const double ratio = std::round(b_chunk / f_chunk * 1000) / 1000;
+    const double makespan = pipeline_makespan(shape, ratio);
+    const double busy = micro * (1 + ratio);  // per stage, in units of a stage's forward
+    if (makespan > 0) t.bubble = std::max(0.0, makespan / busy - 1) * micro * v * (f_chunk + b_chunk);
   }
   add_data_parallel(m, hw, dp, stage_params, last_backward, t);
   return t;
