@@ -3,7 +3,9 @@
 # (strata, gpu_ops, bench_kernels), runs the GPU op tests, the per-kernel table, GPT-2 124M,
 # GPT-2 1558M at ZeRO 1 with and without offload_optimizer cpu, a 4.0B-parameter model at ZeRO 3
 # without offload, with the optimizer offloaded and with the parameters too, a 7.0B model that
-# fits one GPU only with offload, and, with what time is left, PyTorch's GPT-2 124M and SDPA beside them.
+# fits one GPU only with offload, strata plan's predictions for the 124M and 1558M runs (the shipped
+# profile and one calibrated there at each model's shape), and, with what time is left, PyTorch's GPT-2 124M and SDPA
+# beside them.
 # Every step runs under its own time limit from one budget; a summary comes last.
 #
 # Usage: scripts/gpu_timing.sh OUTDIR
@@ -64,6 +66,29 @@ train strata_7b_z3_offload_param 240 gpt2-1558m.yaml 4 1 1 --set model.n_layer=2
   --set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=cpu \
   --set zero_optimization.offload_optimizer.pin_memory=true --set zero_optimization.offload_param.device=cpu \
   --set zero_optimization.offload_param.pin_memory=true
+
+# strata plan beside the runs above: its predictions for the 124M and 1558M runs from the shipped
+# profile of this GPU and from a profile calibrated here at each model's own shape.
+profile=h100-sxm
+grep -q H200 "$summary" && profile=h200-sxm
+for run in "124m gpt2-124m.yaml 32 1" "1558m gpt2-1558m.yaml 8 8 --set zero_optimization.stage=1"; do
+  read -r -a words <<<"$run"
+  sets=(--set bf16.enabled=true --set train_micro_batch_size_per_gpu="${words[2]}"
+        --set gradient_accumulation_steps="${words[3]}" "${words[@]:4}")
+  step "plan_calibrate_${words[0]}" 40 "$strata" plan --calibrate --config "$root/configs/${words[1]}" "${sets[@]}" \
+    --out "$out/calibrated_${words[0]}.yaml"
+  for hw in "$profile" "$out/calibrated_${words[0]}.yaml"; do
+    [ -f "$hw" ] || [ "$hw" = "$profile" ] || continue
+    if "$strata" plan --config "$root/configs/${words[1]}" --gpus 1 --hardware "$hw" --explain --json "${sets[@]}" \
+      > "$data/plan.json" 2> "$data/plan.err"; then
+      predicted=$(python3 -c 'import json, sys; print("{:,.0f} tok/s".format(json.load(open(sys.argv[1]))["tokens_per_s"]))' \
+        "$data/plan.json")
+    else
+      predicted="failed: $(tail -n 1 "$data/plan.err")"
+    fi
+    echo "  plan ${words[1]} mb ${words[2]} on $(basename "$hw"): predicted $predicted" | tee -a "$summary"
+  done
+done
 
 [ -n "${STRATA_TIMING_TRAIN_ONLY:-}" ] || step gpu_ops 110 "$build/tests/gpu/gpu_ops" --durations yes
 grep -E '^(All tests passed|test cases:|assertions:)' "$out/gpu_ops.log" | tee -a "$summary"

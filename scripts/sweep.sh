@@ -68,21 +68,19 @@ points=()
 if [ -n "$from_plan" ]; then
   # The plan's layouts as points, and what it predicts for each (the summary puts it beside).
   top=$([ "$from_plan" = all ] && echo 1000000 || echo "$from_plan")
-  "$strata" plan --config "$base" --gpus "$np" --hardware "$hardware" --top "$top" --json > "$out/plan.json" \
-    || die "strata plan failed (see above)"
+  # The runs' own --set overrides (after --) shape the model the plan is for.
+  plan_sets=()
+  for ((i = 0; i < ${#extra[@]}; i++)); do
+    [ "${extra[i]}" = --set ] && [ $((i + 1)) -lt ${#extra[@]} ] && plan_sets+=(--set "${extra[i + 1]}")
+  done
+  "$strata" plan --config "$base" "${plan_sets[@]}" --gpus "$np" --hardware "$hardware" --top "$top" --json \
+    > "$out/plan.json" || die "strata plan failed (see above)"
   grid="$out/plan_points.txt"
-  python3 - "$out/plan.json" > "$grid" <<'PY' || die "cannot read $out/plan.json"
-import json, sys
-plan = json.load(open(sys.argv[1]))
-for l in plan["layouts"]:
-    print(f"parallelism.tensor_model_parallel_size={l['tp']} parallelism.pipeline_model_parallel_size={l['pp']} "
-          f"parallelism.sequence_parallel={str(l['sequence_parallel']).lower()} "
-          f"parallelism.pipeline.schedule={l['schedule']} parallelism.pipeline.virtual_stages={l['virtual_stages']} "
-          f"train_batch_size={plan['global_batch']} train_micro_batch_size_per_gpu={l['micro_batch']} "
-          f"gradient_accumulation_steps={l['grad_accum']} zero_optimization.stage={l['zero_stage']} "
-          f"model.recompute={l['recompute']} zero_optimization.offload_optimizer.device={l['offload_optimizer']} "
-          f"zero_optimization.offload_param.device={l['offload_param']}")
-PY
+  # Each layout as the --set overrides that give it (the plan's own list).
+  python3 -c 'import json, sys; [print(" ".join(l["sets"])) for l in json.load(open(sys.argv[1]))["layouts"]]' \
+    "$out/plan.json" > "$grid" || die "cannot read $out/plan.json"
+else
+  rm -f "$out/plan_points.txt" "$out/plan.json"  # a plan's points from an earlier sweep in this folder
 fi
 if [ -n "$grid" ]; then
   [ -f "$grid" ] || die "--grid: '$grid' is not a file"
@@ -120,7 +118,7 @@ point_name() {
         parallelism.pipeline_model_parallel_size) label=pp ;;
         parallelism.sequence_parallel) label=sp ;;
         parallelism.pipeline.virtual_stages) label=v ;;
-        train_batch_size) continue ;;
+        train_batch_size | zero_optimization.overlap_comm | activation_checkpointing.partition_activations) continue ;;
         train_micro_batch_size_per_gpu) label=mb ;;
         gradient_accumulation_steps) label=ga ;;
         zero_optimization.stage) label=zero ;;

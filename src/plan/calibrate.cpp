@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <limits>
 
@@ -39,10 +40,12 @@ struct Shape {
   int64_t tokens = 2048, d_model = 768, n_head = 12, batch = 1, seq = 2048;
 };
 
-Shape model_shape_of(const PlanOptions& o) {
+Shape model_shape_of(const PlanOptions& o, int world_size) {
   Shape s;
   if (o.config_path.empty()) return s;
-  const Config cfg = load_config_file(o.config_path, o.overrides, 1);
+  PlanOptions whole = o;
+  whole.explain = false;
+  const Config cfg = load_plan_config(whole, world_size);
   s.d_model = *cfg.model.d_model;
   s.n_head = *cfg.model.n_head;
   s.seq = cfg.model.seq_len;
@@ -63,7 +66,18 @@ int64_t meminfo_bytes(const char* key) {
 
 struct Measured {
   double peak_tflops = 0, gemm_tflops = 0, attn_tflops = 0, stream_gbs = 0, elementwise_gbs = 0, op_us = 0;
+  double peak_fp32_tflops = 0;  // a large fp32 product's (the same as peak_tflops on the CPU)
 };
+
+// The rate of an n × n × n product in dtype dt (the best of three).
+double square_product_tflops(Backend& be, Comm& world, int64_t n, DType dt) {
+  const size_t bytes = static_cast<size_t>(n * n) * dtype_size(dt);
+  Buffer p = be.allocate(bytes), q = be.allocate(bytes), r = be.allocate(bytes);
+  const double sec = best_seconds(be, world, 3, [&] {
+    be.matmul(r.view(0, dt, {n, n}), p.view(0, dt, {n, n}), q.view(0, dt, {n, n}), {}, false, false, false);
+  });
+  return 2.0 * n * n * n / sec / 1e12;
+}
 
 // Normal values in a whole buffer of dt (the transcendental functions of GELU run at their
 // true speed only away from zero).
@@ -105,14 +119,10 @@ Measured measure_backend(Backend& be, Comm& world, const Shape& s, DType dt) {
   Measured m;
   LayerScratch x(be, s, dt);
   const int64_t N = x.N, C = x.C;
-  {  // the peak: a large square product
-    const int64_t n = be.device() == Device::CUDA ? 8192 : 1024;
-    Buffer p = be.allocate(n * n * x.e), q = be.allocate(n * n * x.e), r = be.allocate(n * n * x.e);
-    const double sec = best_seconds(be, world, 3, [&] {
-      be.matmul(r.view(0, dt, {n, n}), p.view(0, dt, {n, n}), q.view(0, dt, {n, n}), {}, false, false, false);
-    });
-    m.peak_tflops = 2.0 * n * n * n / sec / 1e12;
-  }
+  // The peak: a large square product (and on a GPU an fp32 one, which runs without tensor cores).
+  const bool gpu = be.device() == Device::CUDA;
+  m.peak_tflops = square_product_tflops(be, world, gpu ? 8192 : 1024, dt);
+  m.peak_fp32_tflops = gpu ? square_product_tflops(be, world, 4096, DType::F32) : m.peak_tflops;
   const Tensor w = x.w.view(0, dt, {C, 4 * C}), dw = x.dw.view(0, dt, {C, 4 * C});
   const double gemm = best_seconds(be, world, 5, [&] {
     be.matmul(x.rows(x.b, 4 * C), x.rows(x.a, C), w, {}, false, false, false);
@@ -182,7 +192,7 @@ LinkProfile measure_link(Comm& world) {
 int run_calibration(const MpiRuntime* mpi, const PlanOptions& o) {
   if (!mpi) throw std::logic_error("run_calibration: MPI is not up");
   if (o.calibrate_out.empty()) throw UserError("strata plan --calibrate: give --out FILE (the profile to write)");
-  const Shape shape = model_shape_of(o);
+  const Shape shape = model_shape_of(o, mpi->world_size());
   std::unique_ptr<Comm> world = make_mpi_comm(mpi->world(), "world");
   const int local = mpi->local_size();
   std::unique_ptr<Backend> be;
@@ -200,13 +210,15 @@ int run_calibration(const MpiRuntime* mpi, const PlanOptions& o) {
   const Measured m = measure_backend(*be, *world, shape, gpu ? DType::BF16 : DType::F32);
   const LinkProfile link = measure_link(*world);
   HardwareProfile hw;
-  hw.name = o.calibrate_out.substr(o.calibrate_out.find_last_of('/') + 1);
-  hw.name = hw.name.substr(0, hw.name.find('.'));
+  // The file's name without its extension, in letters, digits, '.', '_' and '-'.
+  const std::string file = o.calibrate_out.substr(o.calibrate_out.find_last_of('/') + 1);
+  for (char c : file.substr(0, file.rfind('.'))) hw.name += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ? c : '-';
+  if (hw.name.empty()) hw.name = "calibrated";
   hw.gpu = gpu;
   // A CPU node's rates are the sum of its ranks' (each measured while the others ran).
   const double node = gpu ? 1 : local;
-  hw.peak_tflops_fp32 = m.peak_tflops * node;
-  hw.peak_tflops_16bit = hw.peak_tflops_fp32;
+  hw.peak_tflops_16bit = m.peak_tflops * node;
+  hw.peak_tflops_fp32 = m.peak_fp32_tflops * node;
   hw.gemm_efficiency = std::min(1.0, m.gemm_tflops / m.peak_tflops);
   hw.attention_efficiency = std::min(1.0, m.attn_tflops / m.peak_tflops);
   hw.memory_bandwidth_gbs = m.stream_gbs * node;
@@ -238,7 +250,7 @@ int run_calibration(const MpiRuntime* mpi, const PlanOptions& o) {
     if (!out) throw UserError(fmt::format("--out: cannot write {}", o.calibrate_out));
     log_info("peak {:.3g} TFLOP/s, model GEMM {:.0f}%, attention {:.0f}%, memory {:.3g} GB/s (elementwise {:.0f}%), "
              "kernel {:.2g} µs, link {:.3g} GB/s {:.3g} µs; wrote {}",
-             hw.peak_tflops_fp32, 100 * hw.gemm_efficiency, 100 * hw.attention_efficiency, hw.memory_bandwidth_gbs,
+             hw.peak_tflops_16bit, 100 * hw.gemm_efficiency, 100 * hw.attention_efficiency, hw.memory_bandwidth_gbs,
              100 * hw.memory_efficiency, hw.op_overhead_us, hw.intra_node.bandwidth_gbs, hw.intra_node.latency_us,
              o.calibrate_out);
   }

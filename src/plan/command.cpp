@@ -3,10 +3,8 @@
 // JSON, and writes the best as a config `strata train` runs as is.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 
 #include "core/core.h"
@@ -41,7 +39,15 @@ void print_breakdown(const Prediction& p) {
   std::printf("    step time: %s\n", time_line(p.time).c_str());
 }
 
-nlohmann::json to_json(const Prediction& p) {
+// The user's zero_optimization.overlap_comm (the resolved config holds the stage's default too).
+std::optional<bool> given_overlap_comm(const PlanOptions& o) {
+  const std::optional<std::string> v = given_config_value(o, "zero_optimization.overlap_comm");
+  if (!v || (*v != "true" && *v != "false")) return std::nullopt;
+  return *v == "true";
+}
+
+// `sets`: the layout as --set overrides of the config file (layout_overrides).
+nlohmann::json to_json(const Prediction& p, const std::vector<std::string>& sets) {
   const Layout& l = p.layout;
   const StepTime& t = p.time;
   const MemoryRecord& m = p.memory;
@@ -50,7 +56,7 @@ nlohmann::json to_json(const Prediction& p) {
           {"schedule", pipe_schedule_name(l.schedule)}, {"virtual_stages", l.virtual_stages},
           {"micro_batch", l.micro_batch}, {"grad_accum", l.grad_accum}, {"zero_stage", l.zero_stage},
           {"recompute", to_string(l.recompute)}, {"offload_optimizer", to_string(l.offload_optimizer)},
-          {"offload_param", to_string(l.offload_param)}, {"fits", p.fits},
+          {"offload_param", to_string(l.offload_param)}, {"sets", sets}, {"fits", p.fits},
           {"tokens_per_s", p.tokens_per_s}, {"tflops_per_gpu", p.tflops_per_gpu}, {"mfu", p.mfu},
           {"step_time_s", t.total()},
           {"time_s", {{"compute", t.compute}, {"tp_comm", t.tp_comm}, {"pp_comm", t.pp_comm}, {"bubble", t.bubble},
@@ -60,42 +66,6 @@ nlohmann::json to_json(const Prediction& p) {
                             {"workspace", m.workspace}, {"activations", m.activations}, {"total", m.total()},
                             {"host", m.host}, {"nvme", m.nvme}, {"limit", p.memory_limit},
                             {"host_limit", p.host_limit}}}};
-}
-
-// train_batch_size as the file or a --set gives it (0: not given, or "auto").
-int given_global_batch(const PlanOptions& o) {
-  int value = 0;
-  try {
-    const YAML::Node root = YAML::LoadFile(o.config_path);
-    if (root.IsMap() && root["train_batch_size"].IsScalar()) value = root["train_batch_size"].as<int>();
-  } catch (const YAML::Exception&) {
-    value = 0;  // the loader below reports what is wrong with the file
-  }
-  for (const std::string& kv : o.overrides) {
-    if (kv.rfind("train_batch_size=", 0) == 0) value = std::atoi(kv.c_str() + 17);
-  }
-  return value;
-}
-
-// The config resolved for `gpus` ranks. When its own grid or batch split does not fit them, the
-// planner only needs the model and the global batch from it: resolved with TP and PP of 1 on the
-// GPUs, or, when the file gives train_batch_size, on one rank with micro-batch 1.
-Config load_for(const PlanOptions& o, int gpus) {
-  try {
-    return load_config_file(o.config_path, o.overrides, gpus);
-  } catch (const UserError&) {
-    if (o.explain) throw;
-  }
-  std::vector<std::string> overrides = o.overrides;
-  for (const char* key : {"parallelism.tensor_model_parallel_size=1", "parallelism.pipeline_model_parallel_size=1",
-                          "parallelism.sequence_parallel=false", "parallelism.pipeline.schedule=1f1b",
-                          "parallelism.pipeline.virtual_stages=1", "parallelism.pipeline.partition=uniform"})
-    overrides.emplace_back(key);
-  const int global_batch = given_global_batch(o);
-  if (global_batch <= 0) return load_config_file(o.config_path, overrides, gpus);
-  overrides.emplace_back("train_micro_batch_size_per_gpu=1");
-  overrides.emplace_back(fmt::format("gradient_accumulation_steps={}", global_batch));
-  return load_config_file(o.config_path, overrides, 1);
 }
 
 void write_config(const std::string& path, const Prediction& p, const HardwareProfile& hw) {
@@ -118,7 +88,7 @@ void write_config(const std::string& path, const Prediction& p, const HardwarePr
 }
 
 int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& hw, int gpn) {
-  PlanRequest req{o.gpus, gpn, o.tp_across_nodes, plan_axes_keeping(o.keep)};
+  PlanRequest req{o.gpus, gpn, o.tp_across_nodes, plan_axes_keeping(o.keep), given_overlap_comm(o)};
   int considered = 0;
   const std::vector<Prediction> all = plan_layouts(cfg, hw, req, &considered);
   const auto fitting = static_cast<int>(std::count_if(all.begin(), all.end(), [](const Prediction& p) { return p.fits; }));
@@ -129,7 +99,10 @@ int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& h
     nlohmann::json j = {{"hardware", hw.name}, {"gpus", o.gpus}, {"gpus_per_node", gpn},
                         {"global_batch", cfg.derived.global_batch}, {"considered", considered}, {"fit", fitting},
                         {"layouts", nlohmann::json::array()}};
-    for (int i = 0; i < shown; ++i) j["layouts"].push_back(to_json(all[static_cast<size_t>(i)]));
+    for (int i = 0; i < shown; ++i) {
+      const Prediction& p = all[static_cast<size_t>(i)];
+      j["layouts"].push_back(to_json(p, layout_overrides(cfg, p.layout, req.overlap_comm)));
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -159,10 +132,10 @@ int run_plan(const MpiRuntime* mpi, const PlanOptions& o) {
   const int gpn = o.gpus_per_node > 0 ? o.gpus_per_node : hw.gpus_per_node;
   if (o.explain) {
     if (o.gpus <= 0) throw UserError("strata plan --explain: give --gpus N (the ranks the config will run on)");
-    const Config cfg = load_for(o, o.gpus);
+    const Config cfg = load_plan_config(o, o.gpus);
     const Prediction p = predict_layout(cfg, hw, gpn);
     if (o.json) {
-      std::printf("%s\n", to_json(p).dump(2).c_str());
+      std::printf("%s\n", to_json(p, layout_overrides(cfg, p.layout, given_overlap_comm(o))).dump(2).c_str());
       return 0;
     }
     std::printf("strata plan --explain: %s on %d × %s (%d per node)%s\n", describe_layout(p.layout).c_str(),
@@ -177,7 +150,7 @@ int run_plan(const MpiRuntime* mpi, const PlanOptions& o) {
     throw UserError(fmt::format("--gpus {} is not a multiple of the {} GPUs per node (--gpus-per-node or the "
                                 "profile's gpus_per_node)",
                                 o.gpus, gpn));
-  return print_plan(o, load_for(o, o.gpus), hw, gpn);
+  return print_plan(o, load_plan_config(o, o.gpus), hw, gpn);
 }
 
 }  // namespace strata

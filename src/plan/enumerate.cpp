@@ -27,7 +27,7 @@ std::vector<Grid> grids(const Config& cfg, const PlanRequest& req, int gpn) {
   if (!req.axes.parallel) return {{cfg.derived.dp_size, cfg.derived.tp_size, cfg.derived.pp_size}};
   std::vector<Grid> out;
   for (int tp : divisors(req.gpus)) {
-    if (tp > gpn && !req.tp_across_nodes) continue;
+    if (!req.tp_across_nodes && (tp > gpn || gpn % tp != 0)) continue;  // a TP group inside one node
     if (*cfg.model.n_head % tp != 0) continue;
     for (int pp : divisors(req.gpus / tp)) {
       if (pp > *cfg.model.n_layer) continue;
@@ -97,7 +97,7 @@ std::vector<Prediction> plan_layouts(const Config& cfg, const HardwareProfile& h
                 ++tried;
                 Config c;
                 try {
-                  c = config_for_layout(cfg, l);
+                  c = config_for_layout(cfg, l, req.overlap_comm);
                 } catch (const UserError&) {
                   continue;  // the config's rules refuse this combination
                 }

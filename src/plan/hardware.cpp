@@ -78,20 +78,25 @@ void read_link(const YAML::Node& root, const char* key, LinkProfile& link, std::
     if (k != "bandwidth_gbs" && k != "latency_us") problems.push_back(fmt::format("{}.{}: unknown key", key, k));
   }
   double bw = 0, lat = 0;
-  if (!read_number(node["bandwidth_gbs"], bw) || bw <= 0)
+  if (!read_number(node["bandwidth_gbs"], bw) || !(bw > 0 && bw < 1e9))
     problems.push_back(fmt::format("{}.bandwidth_gbs: missing or not a positive number", key));
-  if (!read_number(node["latency_us"], lat) || lat < 0)
+  if (!read_number(node["latency_us"], lat) || !(lat >= 0 && lat < 1e9))
     problems.push_back(fmt::format("{}.latency_us: missing or not a number ≥ 0", key));
   link = {bw, lat};
 }
 
+HardwareProfile parse_profile_tree(const std::string& path, const YAML::Node& root);
+
+// A file that is not YAML, or YAML of another shape (a key that is a list): exit 2 as well.
 HardwareProfile parse_profile(const std::string& path) {
-  YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    return parse_profile_tree(path, YAML::LoadFile(path));
   } catch (const YAML::Exception& e) {
     throw UserError(fmt::format("hardware profile {}: {}", path, e.what()));
   }
+}
+
+HardwareProfile parse_profile_tree(const std::string& path, const YAML::Node& root) {
   if (!root.IsMap()) throw UserError(fmt::format("hardware profile {}: not a map of fields", path));
   HardwareProfile hw;
   hw.path = path;
@@ -111,7 +116,7 @@ HardwareProfile parse_profile(const std::string& path) {
     double v = 0;
     if (!root[f.key].IsDefined()) {
       problems.push_back(fmt::format("{}: missing", f.key));
-    } else if (!read_number(root[f.key], v) || v < f.min || v > f.max) {
+    } else if (!read_number(root[f.key], v) || !(v >= f.min && v <= f.max)) {  // NaN too
       problems.push_back(fmt::format("{}: not a number in [{}, {}]", f.key, f.min, f.max));
     } else {
       f.set(hw, v);

@@ -27,7 +27,7 @@ Layout layout_of(const Config& cfg) {
   return l;
 }
 
-Config config_for_layout(const Config& cfg, const Layout& layout) {
+Config config_for_layout(const Config& cfg, const Layout& layout, std::optional<bool> overlap_comm) {
   Config out = cfg;
   ParallelismConfig& par = out.parallelism;
   const bool same_pipeline = par.pipeline_model_parallel_size == layout.pp &&
@@ -49,13 +49,39 @@ Config config_for_layout(const Config& cfg, const Layout& layout) {
   out.gradient_accumulation_steps.reset();
   ZeroConfig& zero = out.zero_optimization;
   zero.stage = layout.zero_stage;
-  if (zero.overlap_comm && !*zero.overlap_comm) zero.overlap_comm.reset();  // the stage's default
+  zero.overlap_comm = overlap_comm;  // resolve_config fills in the stage's default when unset
   zero.offload_optimizer.device = layout.offload_optimizer;
   zero.offload_param.device = layout.offload_param;
   out.model.recompute = layout.recompute;
   out.deepspeed_keys.clear();
   resolve_config(out, layout.dp * layout.tp * layout.pp);
   return out;
+}
+
+std::vector<std::string> layout_overrides(const Config& cfg, const Layout& layout, std::optional<bool> overlap_comm) {
+  const ParallelismConfig& par = cfg.parallelism;
+  const bool same_pipeline = par.pipeline_model_parallel_size == layout.pp &&
+                             par.pipeline.virtual_stages == layout.virtual_stages;
+  const auto on = [](bool v) { return std::string(v ? "true" : "false"); };
+  std::vector<std::string> sets = {
+      fmt::format("parallelism.tensor_model_parallel_size={}", layout.tp),
+      fmt::format("parallelism.pipeline_model_parallel_size={}", layout.pp),
+      "parallelism.sequence_parallel=" + on(layout.sp),
+      fmt::format("parallelism.pipeline.schedule={}", pipe_schedule_name(layout.schedule)),
+      fmt::format("parallelism.pipeline.virtual_stages={}", layout.virtual_stages),
+      "activation_checkpointing.partition_activations=false",
+      fmt::format("train_batch_size={}", cfg.derived.global_batch),
+      fmt::format("train_micro_batch_size_per_gpu={}", layout.micro_batch),
+      fmt::format("gradient_accumulation_steps={}", layout.grad_accum),
+      fmt::format("zero_optimization.stage={}", layout.zero_stage),
+      fmt::format("zero_optimization.offload_optimizer.device={}", to_string(layout.offload_optimizer)),
+      fmt::format("zero_optimization.offload_param.device={}", to_string(layout.offload_param)),
+      fmt::format("model.recompute={}", to_string(layout.recompute))};
+  if (!same_pipeline && par.pipeline.partition == PipelinePartition::Explicit)
+    sets.emplace_back("parallelism.pipeline.partition=uniform");
+  const bool overlap = overlap_comm.value_or(layout.zero_stage == 3);
+  sets.push_back("zero_optimization.overlap_comm=" + on(overlap));
+  return sets;
 }
 
 std::string describe_layout(const Layout& l) {

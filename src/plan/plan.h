@@ -68,7 +68,12 @@ struct Layout {
 // The layout a resolved config trains with.
 Layout layout_of(const Config& cfg);
 // `cfg` re-resolved for `layout` on layout.dp × tp × pp ranks; UserError when the config refuses it.
-Config config_for_layout(const Config& cfg, const Layout& layout);
+// overlap_comm: zero_optimization.overlap_comm as the user gave it (unset: each stage's default).
+Config config_for_layout(const Config& cfg, const Layout& layout, std::optional<bool> overlap_comm = std::nullopt);
+// The same as `--set key=value` overrides of the config file (what `sweep.sh --from-plan` runs):
+// loading the file with them at dp × tp × pp ranks gives config_for_layout's config.
+std::vector<std::string> layout_overrides(const Config& cfg, const Layout& layout,
+                                          std::optional<bool> overlap_comm = std::nullopt);
 // "dp 4 tp 2 pp 2 (interleaved v2) sp mb 2 ga 8 zero 1 recompute selective offload cpu"
 std::string describe_layout(const Layout& layout);
 
@@ -116,6 +121,7 @@ struct PlanRequest {
   int gpus_per_node = 0;  // 0: the profile's
   bool tp_across_nodes = false;
   PlanAxes axes;
+  std::optional<bool> overlap_comm;  // as the user gave it (unset: each stage's default)
 };
 
 // Prediction for the config's own layout (strata plan --explain).
@@ -129,7 +135,7 @@ std::vector<Prediction> plan_layouts(const Config& cfg, const HardwareProfile& h
 struct PlanOptions {
   std::string config_path;
   std::vector<std::string> overrides;
-  int gpus = 0;  // 0: the config needs --gpus unless --explain (then the config's grid)
+  int gpus = 0;  // required (with --explain too: the config's DP comes from it)
   int gpus_per_node = 0;
   std::string hardware = "h100-sxm";
   int top = 5;

@@ -1,6 +1,8 @@
 // Internal pieces of src/plan shared between its files: the shapes the time model reads (taken
 // from a resolved config by predict.cpp) and the costs it gives back.
 #pragma once
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "plan/plan.h"
@@ -50,6 +52,13 @@ struct ChunkCost {
 };
 
 ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const ChunkShape& c);
+// A value the config file (or a --set) gives at a dotted path, as written; nullopt when neither
+// gives it.
+std::optional<std::string> given_config_value(const PlanOptions& options, const std::string& path);
+// The config resolved for `gpus` ranks; when its grid or batch split does not fit them (and not
+// --explain), resolved for what planning needs: the model and the global batch.
+Config load_plan_config(const PlanOptions& options, int gpus);
+
 // `strata plan --calibrate` (calibrate.cpp).
 int run_calibration(const MpiRuntime* mpi, const PlanOptions& options);
 

@@ -102,7 +102,8 @@ Prediction predict_layout(const Config& cfg, const HardwareProfile& hw, int gpus
   }
   ModelShape m = model_shape(cfg, hw, ranks_per_node);
   m.tp_across_nodes = d.tp_size > gpn;
-  m.pp_across_nodes = d.pp_size > 1 && d.dp_size * d.tp_size >= gpn;
+  // The slowest stage boundary sets the pace: one crosses nodes once the job spans several.
+  m.pp_across_nodes = d.pp_size > 1 && d.world_size > gpn;
   m.layer_groups = *cfg.model.n_layer / d.pp_size + 1;
   DpShape dp;
   dp.ranks = d.dp_size;

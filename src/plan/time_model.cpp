@@ -170,7 +170,7 @@ StepTime step_time(const ModelShape& m, const HardwareProfile& hw, const std::ve
   }
   if (m.pp > 1) {
     // One activation (or its gradient) per chunk boundary and micro-batch each way.
-    const double bytes = m.micro_batch * m.seq_len * m.d_model * m.elem_bytes / (m.sp ? m.tp : 1);
+    const double bytes = static_cast<double>(m.micro_batch) * m.seq_len * m.d_model * m.elem_bytes / (m.sp ? m.tp : 1);
     const LinkProfile& link = m.pp_across_nodes ? hw.inter_node : hw.intra_node;
     const double p2p = bytes / (link.bandwidth_gbs * 1e9) + link.latency_us * 1e-6;
     const int v = m.virtual_stages;

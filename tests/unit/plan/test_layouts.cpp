@@ -1,0 +1,61 @@
+// A layout the planner predicts is the config `strata train` runs: config_for_layout (what the
+// planner resolves and --write writes) equals the config file loaded with layout_overrides (what
+// `sweep.sh --from-plan` passes as --set), for layouts that change every axis, from a base with an
+// explicit pipeline partition, with overlap_comm given and not.
+#include "catch_compat.h"
+
+#include "plan/plan.h"
+
+using namespace strata;
+
+namespace {
+
+const char* kBase = R"(
+train_batch_size: 32
+train_micro_batch_size_per_gpu: 4
+bf16: {enabled: true}
+zero_optimization: {stage: 1}
+model: {n_layer: 8, n_head: 4, d_model: 64, vocab_size: 256, seq_len: 32}
+parallelism:
+  pipeline_model_parallel_size: 2
+  pipeline: {partition: [3, 5]}
+data: {train: /nonexistent/*.bin}
+)";
+
+}  // namespace
+
+TEST_CASE("a planned layout is the same config whether resolved by the planner or given as --set overrides") {
+  const Config base = load_config_text(kBase, {}, 4, "base");
+  using R = ActivationRecompute;
+  const std::vector<Layout> layouts = {
+      {4, 1, 2, false, PipeSchedule::OneFOneB, 1, 2, 4, 1, R::None, OffloadDevice::None, OffloadDevice::None},
+      {2, 2, 2, true, PipeSchedule::Interleaved, 2, 4, 4, 3, R::Selective, OffloadDevice::None, OffloadDevice::None},
+      {1, 4, 2, false, PipeSchedule::GPipe, 1, 8, 4, 2, R::Full, OffloadDevice::None, OffloadDevice::None},
+      {8, 1, 1, false, PipeSchedule::OneFOneB, 1, 4, 1, 3, R::Full, OffloadDevice::Cpu, OffloadDevice::Cpu},
+      {2, 1, 4, false, PipeSchedule::Interleaved, 2, 1, 16, 0, R::None, OffloadDevice::None, OffloadDevice::None},
+  };
+  for (const std::optional<bool> overlap : {std::optional<bool>(), std::optional<bool>(false), std::optional<bool>(true)}) {
+    for (const Layout& l : layouts) {
+      INFO(describe_layout(l) << " overlap_comm " << (overlap ? (*overlap ? "true" : "false") : "unset"));
+      const Config planned = config_for_layout(base, l, overlap);
+      const Config given = load_config_text(kBase, layout_overrides(base, l, overlap), l.dp * l.tp * l.pp, "base");
+      CHECK(config_to_yaml(planned) == config_to_yaml(given));
+      const Layout back = layout_of(planned);
+      CHECK(describe_layout(back) == describe_layout(l));
+      CHECK(planned.zero_optimization.overlap_comm == overlap.value_or(l.zero_stage == 3));
+    }
+  }
+}
+
+TEST_CASE("the base's explicit partition stays only with its own pipeline shape") {
+  const Config base = load_config_text(kBase, {}, 4, "base");
+  Layout same = layout_of(base);
+  same.micro_batch = 2;
+  same.grad_accum = 8;
+  CHECK(config_for_layout(base, same).parallelism.pipeline.partition == PipelinePartition::Explicit);
+  Layout other = same;
+  other.pp = 4;
+  other.dp = 1;
+  other.grad_accum = 16;
+  CHECK(config_for_layout(base, other).parallelism.pipeline.partition == PipelinePartition::Uniform);
+}
