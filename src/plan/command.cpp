@@ -150,7 +150,15 @@ int run_plan(const MpiRuntime* mpi, const PlanOptions& o) {
     throw UserError(fmt::format("--gpus {} is not a multiple of the {} GPUs per node (--gpus-per-node or the "
                                 "profile's gpus_per_node)",
                                 o.gpus, gpn));
-  return print_plan(o, load_plan_config(o, o.gpus), hw, gpn);
+  std::string refused;
+  const Config cfg = load_plan_config(o, o.gpus, &refused);
+  const PlanAxes axes = plan_axes_keeping(o.keep);
+  // The config's own grid, schedule or micro-batch cannot be kept where it does not run at all.
+  if (!refused.empty() && (!axes.parallel || !axes.schedule || !axes.sp || !axes.micro_batch))
+    throw UserError(fmt::format("--keep {}: the config's own layout does not run on {} GPUs ({}); keep only zero, "
+                                "recompute or offload, or plan for GPUs it runs on",
+                                o.keep, o.gpus, refused));
+  return print_plan(o, cfg, hw, gpn);
 }
 
 }  // namespace strata

@@ -31,11 +31,16 @@ std::optional<std::string> given_config_value(const PlanOptions& o, const std::s
   return value;
 }
 
-Config load_plan_config(const PlanOptions& o, int gpus) {
+Config load_plan_config(const PlanOptions& o, int gpus, std::string* refused) {
+  if (refused) refused->clear();
   try {
     return load_config_file(o.config_path, o.overrides, gpus);
-  } catch (const UserError&) {
+  } catch (const UserError& e) {
     if (o.explain) throw;
+    if (refused) {
+      const auto* many = dynamic_cast<const UserErrors*>(&e);
+      *refused = many && !many->errors().empty() ? many->errors().front() : std::string(e.what());
+    }
   }
   // Its grid or batch split does not fit `gpus`: read it with TP and PP of 1 on them or, when
   // train_batch_size is given, on one rank with micro-batch 1. If that fails too, the config's

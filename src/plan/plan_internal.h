@@ -56,8 +56,9 @@ ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const Chunk
 // gives it.
 std::optional<std::string> given_config_value(const PlanOptions& options, const std::string& path);
 // The config resolved for `gpus` ranks; when its grid or batch split does not fit them (and not
-// --explain), resolved for what planning needs: the model and the global batch.
-Config load_plan_config(const PlanOptions& options, int gpus);
+// --explain), resolved for what planning needs: the model and the global batch, and `refused`
+// (when given) gets why the config's own layout does not run on them ("" when it does).
+Config load_plan_config(const PlanOptions& options, int gpus, std::string* refused = nullptr);
 
 // `strata plan --calibrate` (calibrate.cpp).
 int run_calibration(const MpiRuntime* mpi, const PlanOptions& options);

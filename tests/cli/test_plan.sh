@@ -3,7 +3,8 @@
 # gives a config `strata train` runs as is with the layout it names, --explain on that config
 # predicts what the plan did, --keep holds axes, --calibrate writes a profile the planner reads,
 # every shipped profile loads; and bad input (unknown profile, a field missing, GPUs not a
-# multiple of the node, a model that fits no layout, an unknown axis) exits 2 with the reason.
+# multiple of the node, a model that fits no layout, an unknown axis, keeping a grid that does not
+# run on the GPUs) exits 2 with the reason.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 write_small_config "$WORK/tiny.yaml" "$WORK/data" "train: {iters: 1, seed: 1}" \
@@ -94,6 +95,9 @@ run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware h100-
   --set model.d_model=8192 --set model.n_head=64 --set model.seq_len=4096
 expect_contains "$OUT" "no layout of 2 × h100-sxm fits: the smallest, dp "
 expect_contains "$OUT" "GiB per rank (params"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 3 --gpus-per-node 3 --hardware cpu-2core \
+  --set parallelism.tensor_model_parallel_size=2 --keep grid
+expect_contains "$OUT" "--keep grid: the config's own layout does not run on 3 GPUs (parallelism: world size 3"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --keep zero,colour
 expect_contains "$OUT" "--keep: unknown axis 'colour'"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --explain
