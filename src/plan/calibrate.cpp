@@ -4,7 +4,6 @@
 // layer's elementwise passes forward and backward, streaming memory bandwidth, the cost of a tiny
 // kernel, and an MPI all-reduce's bandwidth and latency. Rank 0 writes the profile.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -14,8 +13,7 @@
 #include "backend/backend.h"
 #include "core/core.h"
 #include "plan/plan_internal.h"
-
-extern "C" void openblas_set_num_threads(int num_threads);
+#include "train/train.h"
 
 namespace strata {
 namespace {
@@ -52,16 +50,6 @@ Shape model_shape_of(const PlanOptions& o, int world_size) {
   s.batch = cfg.derived.micro_batch;
   s.tokens = s.batch * s.seq;
   return s;
-}
-
-int64_t meminfo_bytes(const char* key) {
-  std::ifstream in("/proc/meminfo");
-  std::string k, unit;
-  int64_t kib = 0;
-  while (in >> k >> kib >> unit) {
-    if (k == key) return kib * 1024;
-  }
-  return 0;
 }
 
 struct Measured {
@@ -201,8 +189,7 @@ int run_calibration(const MpiRuntime* mpi, const PlanOptions& o) {
 #endif
   if (!be) {
     be = make_cpu_backend();
-    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    if (local > 1) openblas_set_num_threads(std::max<int>(1, static_cast<int>(cores / local)));
+    limit_blas_threads(*mpi);
   }
   const bool gpu = be->device() == Device::CUDA;
   log_info("calibrating {} rank(s) ({} per node) on the {} backend at d_model {}, {} tokens per micro-batch",

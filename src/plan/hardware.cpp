@@ -32,27 +32,37 @@ std::vector<fs::path> profile_dirs() {
   return dirs;
 }
 
+// A numeric field of a profile: its key, its range, and the member it fills (the reader and the
+// writer both go through this one table).
 struct Field {
   const char* key;
   double min, max;
   std::function<void(HardwareProfile&, double)> set;
+  std::function<double(const HardwareProfile&)> get;
 };
 
+template <typename T>
+Field field(const char* key, double min, double max, T HardwareProfile::*member) {
+  return {key, min, max, [member](HardwareProfile& h, double v) { h.*member = static_cast<T>(v); },
+          [member](const HardwareProfile& h) { return static_cast<double>(h.*member); }};
+}
+
 const std::vector<Field>& numeric_fields() {
+  using H = HardwareProfile;
   static const std::vector<Field> fields = {
-      {"memory_gib", 0.001, 1e7, [](HardwareProfile& h, double v) { h.memory_gib = v; }},
-      {"reserved_gib", 0, 1e6, [](HardwareProfile& h, double v) { h.reserved_gib = v; }},
-      {"memory_bandwidth_gbs", 0.001, 1e6, [](HardwareProfile& h, double v) { h.memory_bandwidth_gbs = v; }},
-      {"peak_tflops_16bit", 1e-6, 1e6, [](HardwareProfile& h, double v) { h.peak_tflops_16bit = v; }},
-      {"peak_tflops_fp32", 1e-6, 1e6, [](HardwareProfile& h, double v) { h.peak_tflops_fp32 = v; }},
-      {"gemm_efficiency", 1e-4, 1, [](HardwareProfile& h, double v) { h.gemm_efficiency = v; }},
-      {"attention_efficiency", 1e-4, 1, [](HardwareProfile& h, double v) { h.attention_efficiency = v; }},
-      {"memory_efficiency", 1e-4, 1, [](HardwareProfile& h, double v) { h.memory_efficiency = v; }},
-      {"op_overhead_us", 0, 1e6, [](HardwareProfile& h, double v) { h.op_overhead_us = v; }},
-      {"gpus_per_node", 1, 4096, [](HardwareProfile& h, double v) { h.gpus_per_node = static_cast<int>(v); }},
-      {"host_link_gbs", 0.001, 1e6, [](HardwareProfile& h, double v) { h.host_link_gbs = v; }},
-      {"host_memory_gib", 0.001, 1e8, [](HardwareProfile& h, double v) { h.host_memory_gib = v; }},
-      {"host_memory_bandwidth_gbs", 0.001, 1e7, [](HardwareProfile& h, double v) { h.host_memory_bandwidth_gbs = v; }},
+      field("memory_gib", 0.001, 1e7, &H::memory_gib),
+      field("reserved_gib", 0, 1e6, &H::reserved_gib),
+      field("memory_bandwidth_gbs", 0.001, 1e6, &H::memory_bandwidth_gbs),
+      field("peak_tflops_16bit", 1e-6, 1e6, &H::peak_tflops_16bit),
+      field("peak_tflops_fp32", 1e-6, 1e6, &H::peak_tflops_fp32),
+      field("gemm_efficiency", 1e-4, 1, &H::gemm_efficiency),
+      field("attention_efficiency", 1e-4, 1, &H::attention_efficiency),
+      field("memory_efficiency", 1e-4, 1, &H::memory_efficiency),
+      field("op_overhead_us", 0, 1e6, &H::op_overhead_us),
+      field("gpus_per_node", 1, 4096, &H::gpus_per_node),
+      field("host_link_gbs", 0.001, 1e6, &H::host_link_gbs),
+      field("host_memory_gib", 0.001, 1e8, &H::host_memory_gib),
+      field("host_memory_bandwidth_gbs", 0.001, 1e7, &H::host_memory_bandwidth_gbs),
   };
   return fields;
 }
@@ -165,24 +175,10 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
 
 std::string hardware_profile_yaml(const HardwareProfile& hw, const std::string& source) {
   std::string out = fmt::format("# {}\n# Source: {}\nname: {}\ndevice: {}\n", hw.name, source, hw.name, hw.gpu ? "gpu" : "cpu");
-  const auto line = [&out](const char* key, double v) { out += fmt::format("{}: {:.6g}\n", key, v); };
-  line("memory_gib", hw.memory_gib);
-  line("reserved_gib", hw.reserved_gib);
-  line("memory_bandwidth_gbs", hw.memory_bandwidth_gbs);
-  line("peak_tflops_16bit", hw.peak_tflops_16bit);
-  line("peak_tflops_fp32", hw.peak_tflops_fp32);
-  line("gemm_efficiency", hw.gemm_efficiency);
-  line("attention_efficiency", hw.attention_efficiency);
-  line("memory_efficiency", hw.memory_efficiency);
-  line("op_overhead_us", hw.op_overhead_us);
-  line("gpus_per_node", hw.gpus_per_node);
-  out += fmt::format("intra_node: {{bandwidth_gbs: {:.6g}, latency_us: {:.6g}}}\n", hw.intra_node.bandwidth_gbs,
-                     hw.intra_node.latency_us);
-  out += fmt::format("inter_node: {{bandwidth_gbs: {:.6g}, latency_us: {:.6g}}}\n", hw.inter_node.bandwidth_gbs,
-                     hw.inter_node.latency_us);
-  line("host_link_gbs", hw.host_link_gbs);
-  line("host_memory_gib", hw.host_memory_gib);
-  line("host_memory_bandwidth_gbs", hw.host_memory_bandwidth_gbs);
+  for (const Field& f : numeric_fields()) out += fmt::format("{}: {:.6g}\n", f.key, f.get(hw));
+  for (const auto& [key, link] : {std::pair<const char*, const LinkProfile&>{"intra_node", hw.intra_node},
+                                  std::pair<const char*, const LinkProfile&>{"inter_node", hw.inter_node}})
+    out += fmt::format("{}: {{bandwidth_gbs: {:.6g}, latency_us: {:.6g}}}\n", key, link.bandwidth_gbs, link.latency_us);
   return out;
 }
 

@@ -19,19 +19,20 @@ namespace {
 
 std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
-// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
-int64_t host_available_bytes() {
+int64_t host_available_bytes() { return meminfo_bytes("MemAvailable:"); }
+
+}  // namespace
+
+int64_t meminfo_bytes(const char* name) {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   int64_t kib = 0;
   std::string unit;
   while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == name) return kib * 1024;
   }
   return 0;
 }
-
-}  // namespace
 
 int64_t process_rss_bytes(bool peak) {
   const char* key = peak ? "VmHWM:" : "VmRSS:";

@@ -263,14 +263,13 @@ int Trainer::run_loop() {
   return 0;
 }
 
-namespace {
-
-// With as many ranks on a node as cores, BLAS threads only fight each other.
 void limit_blas_threads(const MpiRuntime& mpi) {
   if (std::getenv("OPENBLAS_NUM_THREADS")) return;  // the user decided
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (mpi.local_size() > 1) openblas_set_num_threads(std::max<int>(1, static_cast<int>(cores / mpi.local_size())));
 }
+
+namespace {
 
 // Ranks that read different configs (a node with its own copy of the file, or other --set
 // values) would run different schedules of collectives and hang, or train different models.
