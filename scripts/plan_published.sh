@@ -17,37 +17,49 @@ strata="${STRATA:-$root/build/bin/strata}"
 [ -x "$strata" ] || { echo "plan_published: $strata not found; build first (scripts/build.sh)"; exit 2; }
 hardware=a100-sxm-80gb
 [ "${1:-}" = --hardware ] && hardware="${2:?--hardware NAME|FILE}"
+source_profile="$hardware"
+[ -f "$source_profile" ] || source_profile="$root/configs/hardware/$hardware.yaml"
+[ -f "$source_profile" ] || { echo "plan_published: no profile $hardware (a file, or a name in configs/hardware)"; exit 2; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+# The paper's software, as its scripts ran Megatron-LM of the time: attention unfused (the scores
+# stored, with the fused scale-mask-softmax and attention dropout 0.1: the profile's attention
+# kernel), and per row PyTorch's DDP (DDP=torch: the all-reduce overlapped with backward) or
+# Megatron's own (DDP=local: after backward). The reductions stay in strata's fp32 (the paper's
+# were fp16: that would predict at most 3% faster, for 39B, and cost strata a buffer for which the
+# 530B layout has no room).
+sed 's/^attention_kernel:.*/attention_kernel: unfused/' "$source_profile" > "$work/hardware.yaml"
 cat > "$work/base.yaml" <<'EOF'
 fp16: {enabled: true}
 model: {vocab_size: 51200, seq_len: 2048, recompute: full}
 data: {train: data/none/train_*.bin}
 EOF
-# name heads hidden layers TP PP GPUs batch micro-batch virtual-stages paper-TFLOP/s
-rows="1.7B 24 2304 24 1 1 32 512 16 1 137
-3.6B 32 3072 30 2 1 64 512 16 1 138
-7.5B 32 4096 36 4 1 128 512 16 1 142
-18B 48 6144 40 8 1 256 1024 8 1 135
-39B 64 8192 48 8 2 512 1536 4 1 138
-76B 80 10240 60 8 4 1024 1792 2 3 140
-145B 96 12288 80 8 8 1536 2304 2 2 148
-310B 128 16384 96 8 16 1920 2160 1 2 155
-530B 128 20480 105 8 35 2520 2520 1 3 163
-1T 160 25600 128 8 64 3072 3072 1 1 163"
+# name heads hidden layers TP PP GPUs batch micro-batch virtual-stages DDP paper-TFLOP/s
+rows="1.7B 24 2304 24 1 1 32 512 16 1 torch 137
+3.6B 32 3072 30 2 1 64 512 16 1 torch 138
+7.5B 32 4096 36 4 1 128 512 16 1 torch 142
+18B 48 6144 40 8 1 256 1024 8 1 torch 135
+39B 64 8192 48 8 2 512 1536 4 1 local 138
+76B 80 10240 60 8 4 1024 1792 2 3 local 140
+145B 96 12288 80 8 8 1536 2304 2 2 local 148
+310B 128 16384 96 8 16 1920 2160 1 2 local 155
+530B 128 20480 105 8 35 2520 2520 1 3 local 163
+1T 160 25600 128 8 64 3072 3072 1 1 local 163"
 echo "| model | GPUs | TP | PP | v | micro-batch | batch | paper TFLOP/s | predicted | predicted / paper | fits | rank |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-while read -r name heads hidden layers tp pp gpus batch micro v paper; do
+while read -r name heads hidden layers tp pp gpus batch micro v ddp paper; do
   schedule=1f1b
   [ "$v" -gt 1 ] && schedule=interleaved
+  overlap=false
+  [ "$ddp" = torch ] && overlap=true
   model=(--set "model.n_layer=$layers" --set "model.n_head=$heads" --set "model.d_model=$hidden"
-         --set "train_batch_size=$batch")
+         --set "train_batch_size=$batch" --set "zero_optimization.overlap_comm=$overlap")
   layout=(--set "train_micro_batch_size_per_gpu=$micro" --set "parallelism.tensor_model_parallel_size=$tp"
           --set "parallelism.pipeline_model_parallel_size=$pp" --set "parallelism.pipeline.schedule=$schedule"
           --set "parallelism.pipeline.virtual_stages=$v")
-  "$strata" plan --config "$work/base.yaml" "${model[@]}" "${layout[@]}" --gpus "$gpus" --hardware "$hardware" \
+  "$strata" plan --config "$work/base.yaml" "${model[@]}" "${layout[@]}" --gpus "$gpus" --hardware "$work/hardware.yaml" \
     --explain --json > "$work/explain.json"
-  "$strata" plan --config "$work/base.yaml" "${model[@]}" --gpus "$gpus" --hardware "$hardware" \
+  "$strata" plan --config "$work/base.yaml" "${model[@]}" "${layout[@]}" --gpus "$gpus" --hardware "$work/hardware.yaml" \
     --keep zero,recompute,sp,offload --top 1000000 --json > "$work/plan.json" 2>/dev/null || echo '{"layouts": []}' > "$work/plan.json"
   python3 - "$work/explain.json" "$work/plan.json" "$name" "$gpus" "$tp" "$pp" "$v" "$micro" "$batch" "$paper" <<'PY'
 import json, sys

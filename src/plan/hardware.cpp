@@ -111,7 +111,7 @@ HardwareProfile parse_profile_tree(const std::string& path, const YAML::Node& ro
   HardwareProfile hw;
   hw.path = path;
   std::vector<std::string> problems;
-  std::set<std::string> known = {"name", "device", "intra_node", "inter_node"};
+  std::set<std::string> known = {"name", "device", "attention_kernel", "intra_node", "inter_node"};
   for (const Field& f : numeric_fields()) known.insert(f.key);
   for (const auto& item : root) {
     const std::string k = item.first.as<std::string>();
@@ -122,6 +122,9 @@ HardwareProfile parse_profile_tree(const std::string& path, const YAML::Node& ro
   const std::string device = root["device"].IsScalar() ? root["device"].as<std::string>() : "";
   if (device == "gpu" || device == "cpu") hw.gpu = device == "gpu";
   else problems.push_back("device: missing or not gpu or cpu");
+  const std::string kernel = root["attention_kernel"].IsScalar() ? root["attention_kernel"].as<std::string>() : "";
+  if (kernel == "fused" || kernel == "unfused") hw.attention_unfused = kernel == "unfused";
+  else problems.push_back("attention_kernel: missing or not fused or unfused");
   for (const Field& f : numeric_fields()) {
     double v = 0;
     if (!root[f.key].IsDefined()) {
@@ -174,7 +177,8 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
 }
 
 std::string hardware_profile_yaml(const HardwareProfile& hw, const std::string& source) {
-  std::string out = fmt::format("# {}\n# Source: {}\nname: {}\ndevice: {}\n", hw.name, source, hw.name, hw.gpu ? "gpu" : "cpu");
+  std::string out = fmt::format("# {}\n# Source: {}\nname: {}\ndevice: {}\nattention_kernel: {}\n", hw.name, source, hw.name,
+                                hw.gpu ? "gpu" : "cpu", hw.attention_unfused ? "unfused" : "fused");
   for (const Field& f : numeric_fields()) out += fmt::format("{}: {:.6g}\n", f.key, f.get(hw));
   for (const auto& [key, link] : {std::pair<const char*, const LinkProfile&>{"intra_node", hw.intra_node},
                                   std::pair<const char*, const LinkProfile&>{"inter_node", hw.inter_node}})

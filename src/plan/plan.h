@@ -33,7 +33,11 @@ struct HardwareProfile {
   double peak_tflops_16bit = 0;  // dense bf16/fp16
   double peak_tflops_fp32 = 0;   // what fp32 matrix products run at on this backend
   double gemm_efficiency = 0;       // share of peak the model's matrix products sustain
-  double attention_efficiency = 0;  // share of peak the attention core sustains
+  double attention_efficiency = 0;  // share of peak a fused attention core sustains
+  // How the attention core runs: fused (tiles of the scores in on-chip memory, as strata's kernels
+  // and FlashAttention), or unfused (the scores stored in device memory and passed over by the
+  // softmax and the attention dropout, as Megatron-LM of 2021 and eager PyTorch compute it).
+  bool attention_unfused = false;
   double memory_efficiency = 0;     // share of memory_bandwidth elementwise kernels sustain
   double op_overhead_us = 0;        // per kernel (launch and tail)
   int gpus_per_node = 1;            // ranks per node (cpu: the ranks a node runs)

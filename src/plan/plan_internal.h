@@ -21,6 +21,7 @@ struct ModelShape {
   double peak_tflops = 0;           // this rank's (its share of a CPU node's)
   double memory_bandwidth_gbs = 0;  // this rank's
   bool tp_across_nodes = false, pp_across_nodes = false;
+  int tp_ranks_per_node = 1;        // of a TP group spanning nodes: its ranks on each node
   int layer_groups = 1;             // ZeRO 3's gather units on a rank
 };
 
@@ -40,6 +41,7 @@ struct DpShape {
   int zero_stage = 0;
   bool overlap_comm = false;
   bool across_nodes = false;
+  int ranks_per_node = 1;  // of a DP group spanning nodes: its ranks on each node
   double comm_bytes = 4;  // per gradient element in the reductions
   double bucket_elements = 5e8;
   bool offload_optimizer = false, offload_param = false;

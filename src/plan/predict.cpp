@@ -102,6 +102,7 @@ Prediction predict_layout(const Config& cfg, const HardwareProfile& hw, int gpus
   }
   ModelShape m = model_shape(cfg, hw, ranks_per_node);
   m.tp_across_nodes = d.tp_size > gpn;
+  m.tp_ranks_per_node = std::min(d.tp_size, gpn);
   // The slowest stage boundary sets the pace: one crosses nodes once the job spans several.
   m.pp_across_nodes = d.pp_size > 1 && d.world_size > gpn;
   m.layer_groups = *cfg.model.n_layer / d.pp_size + 1;
@@ -110,6 +111,8 @@ Prediction predict_layout(const Config& cfg, const HardwareProfile& hw, int gpus
   dp.zero_stage = cfg.zero_optimization.stage;
   dp.overlap_comm = cfg.zero_optimization.overlap_comm.value_or(false);
   dp.across_nodes = d.dp_size * d.tp_size > gpn;
+  // Ranks are numbered TP fastest, then DP: a node holds gpn / tp ranks of each DP group.
+  dp.ranks_per_node = d.tp_size >= gpn ? 1 : std::min(d.dp_size, gpn / d.tp_size);
   dp.comm_bytes = static_cast<double>(dtype_size(cfg.communication_data_type));
   dp.bucket_elements = static_cast<double>(cfg.zero_optimization.reduce_bucket_size);
   dp.offload_optimizer = cfg.zero_optimization.offload_optimizer.device != OffloadDevice::None;

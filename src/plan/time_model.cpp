@@ -28,6 +28,16 @@ double reduce_scatter_s(double bytes, int ranks, const LinkProfile& link) {
   return (p - 1) / p * bytes / (link.bandwidth_gbs * 1e9) + (p - 1) * link.latency_us * 1e-6;
 }
 
+// The link a ring collective runs at. Within a node, the intra-node link. Across nodes, each
+// channel of the ring leaves a node once, on its own network interface: a group with k ranks on
+// each node runs k channels side by side on k interfaces (k × the per-GPU network bandwidth, as
+// NCCL's rings over rail-connected nodes do), but no faster than the links inside the node.
+LinkProfile ring_link(const HardwareProfile& hw, bool across_nodes, int ranks_per_node) {
+  if (!across_nodes) return hw.intra_node;
+  const double rails = std::max(1, ranks_per_node);
+  return {std::min(hw.intra_node.bandwidth_gbs, rails * hw.inter_node.bandwidth_gbs), hw.inter_node.latency_us};
+}
+
 // The makespan of the schedule tables for a forward cost of 1 per micro-batch over a stage's
 // chunks and the given backward cost, a multiple of 1/1000 (simulated once per shape and cost
 // ratio: times scale linearly with the costs).
@@ -51,7 +61,7 @@ double pipeline_makespan(const PipeShape& shape, double backward_over_forward) {
 void add_data_parallel(const ModelShape& m, const HardwareProfile& hw, const DpShape& dp, double psi,
                        double last_backward, StepTime& t) {
   const double micro = m.grad_accum;
-  const LinkProfile& link = dp.across_nodes ? hw.inter_node : hw.intra_node;
+  const LinkProfile link = ring_link(hw, dp.across_nodes, dp.ranks_per_node);
   const double grad_bytes = psi * dp.comm_bytes, param_bytes = psi * m.elem_bytes;
   const double buckets = std::max(1.0, std::ceil(psi / std::max<double>(1, dp.bucket_elements)));
   const double overlappable = 1 - 1 / buckets;  // the last bucket is reduced after backward
@@ -105,16 +115,33 @@ ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const Chunk
   const double byte_rate = m.memory_bandwidth_gbs * 1e9 * hw.memory_efficiency;
   const double op = hw.op_overhead_us * 1e-6;
   const double rows = m.sp ? N / t : N;  // token rows of the residual stream on this rank
-  // One layer's forward: the four matrix products (24h² per token), the causal attention core
-  // (half of 4hs per token, its reads and writes in its efficiency), and the elementwise passes
-  // (layernorms and residuals on the rows this rank holds, GELU on its slice). Backward: twice
-  // the products and the passes, 2.5 times the attention core (FlashAttention's count).
+  // One layer's forward: the four matrix products (24h² per token), the attention core, and the
+  // elementwise passes (layernorms and residuals on the rows this rank holds, GELU on its slice).
+  // Backward: twice the products and the passes.
   const double gemm = 24 * h * h * N / t / gemm_rate;
-  const double attn = 2 * h * s * N / t / attn_rate;
   const double elem = (10 * h * e * rows + 8 * h * e * N / t) / byte_rate;
-  const double fwd = gemm + attn + elem + 14 * op;
-  const double bwd = 2 * gemm + 2.5 * attn + 2 * elem + 24 * op;
-  const LinkProfile& tp_link = m.tp_across_nodes ? hw.inter_node : hw.intra_node;
+  double attn = 0, attn_backward = 0, attn_ops = 0;
+  if (hw.attention_unfused) {
+    // The scores stored: QKᵀ and PV as batched products over the whole s × s (2 × 2s²·d per head),
+    // and per score element (e bytes, a 1-byte dropout mask) forward: QKᵀ writes it, the fused
+    // scale-mask-softmax reads and writes it, dropout reads it and writes it and the mask, PV reads
+    // it (6e + 1); backward: the probabilities' gradient written, dropout's backward (reads it and
+    // the mask, writes), softmax's (reads it and the probabilities, writes), read by the products
+    // for dQ and dK, the dropped probabilities read for dV (9e + 1); the products twice forward's.
+    const double scores = m.micro_batch * (static_cast<double>(m.n_head) / t) * s * s;
+    const double products = 4 * h * s * N / t / gemm_rate;
+    attn = products + scores * (6 * e + 1) / byte_rate;
+    attn_backward = 2 * products + scores * (9 * e + 1) / byte_rate;
+    attn_ops = 4;
+  } else {
+    // Fused: the causal half of 4hs per token at its efficiency (its reads and writes in it);
+    // backward 2.5 times forward (FlashAttention's count).
+    attn = 2 * h * s * N / t / attn_rate;
+    attn_backward = 2.5 * attn;
+  }
+  const double fwd = gemm + attn + elem + (14 + attn_ops) * op;
+  const double bwd = 2 * gemm + attn_backward + 2 * elem + (24 + attn_ops) * op;
+  const LinkProfile tp_link = ring_link(hw, m.tp_across_nodes, m.tp_ranks_per_node);
   // Two all-reduces (or reduce-scatter + all-gather under SP: the same bytes) per layer each way.
   const double tp_one = all_reduce_s(N * h * e, m.tp, tp_link);
   double recompute = 0, recompute_tp = 0;

@@ -85,10 +85,17 @@ expect_contains "$OUT" "on 2 × here (2 per node)"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware tpu-v9
 expect_contains "$OUT" "unknown profile 'tpu-v9'; known: a100-sxm-80gb, cpu-2core, h100-sxm, h200-sxm"
 grep -v '^peak_tflops_16bit' "$SRC/configs/hardware/h100-sxm.yaml" | sed 's/^gpus_per_node: 8/gpus_per_node: 8\nnvlink: 4/' \
-  > "$WORK/broken.yaml"
+  | sed 's/^attention_kernel:.*/attention_kernel: flashy/' > "$WORK/broken.yaml"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware "$WORK/broken.yaml"
 expect_contains "$OUT" "broken.yaml: peak_tflops_16bit: missing"
 expect_contains "$OUT" "broken.yaml: nvlink: unknown key"
+expect_contains "$OUT" "broken.yaml: attention_kernel: missing or not fused or unfused"
+# The attention kernel a profile names is the one it predicts: stored scores cost more.
+sed 's/^attention_kernel:.*/attention_kernel: unfused/' "$SRC/configs/hardware/h100-sxm.yaml" > "$WORK/unfused.yaml"
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 1 --hardware h100-sxm --explain --json
+fused_step="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["step_time_s"])' "$OUT")"
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 1 --hardware "$WORK/unfused.yaml" --explain --json
+python3 -c 'import json, sys; assert json.loads(sys.argv[1])["step_time_s"] > float(sys.argv[2]), sys.argv[1]' "$OUT" "$fused_step"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 12 --hardware h100-sxm
 expect_contains "$OUT" "--gpus 12 is not a multiple of the 8 GPUs per node"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware h100-sxm --set model.n_layer=2000 \

@@ -5,6 +5,7 @@
 #include "catch_compat.h"
 
 #include "plan/plan.h"
+#include "round_machine.h"
 
 using namespace strata;
 
@@ -58,4 +59,27 @@ TEST_CASE("the base's explicit partition stays only with its own pipeline shape"
   other.dp = 1;
   other.grad_accum = 16;
   CHECK(config_for_layout(base, other).parallelism.pipeline.partition == PipelinePartition::Uniform);
+}
+
+TEST_CASE("a DP group spanning nodes has the node's ranks over TP on each: that many network rails") {
+  const char* base = R"(
+train_batch_size: 32
+train_micro_batch_size_per_gpu: 4
+model: {n_layer: 2, n_head: 4, d_model: 64, vocab_size: 256, seq_len: 32}
+data: {train: /nonexistent/*.bin}
+)";
+  HardwareProfile hw = round_machine();
+  hw.intra_node = {1000, 0};
+  hw.inter_node = {10, 0};
+  const Config dp8 = load_config_text(base, {}, 8, "dp8");
+  const Config tp2 = load_config_text(base, {"parallelism.tensor_model_parallel_size=2"}, 8, "tp2");
+  // DP 8 on nodes of 4: 4 rails; on nodes of 2: 2 rails, half the bandwidth.
+  const double dp8_four = predict_layout(dp8, hw, 4).time.dp_comm, dp8_two = predict_layout(dp8, hw, 2).time.dp_comm;
+  CHECK(dp8_two == Approx(2 * dp8_four));
+  // TP 2 × DP 4 on nodes of 4: a node holds 2 ranks of each DP group (ranks are TP fastest).
+  const double tp2_four = predict_layout(tp2, hw, 4).time.dp_comm;
+  const double tp2_two = predict_layout(tp2, hw, 2).time.dp_comm;  // one per node: one rail
+  CHECK(tp2_two == Approx(2 * tp2_four));
+  // On one node of 8 the intra-node link carries it: 100 times the one rail.
+  CHECK(predict_layout(tp2, hw, 8).time.dp_comm == Approx(tp2_two / 100));
 }

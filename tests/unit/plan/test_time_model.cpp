@@ -4,27 +4,11 @@
 #include "catch_compat.h"
 
 #include "plan/plan_internal.h"
+#include "round_machine.h"
 
 using namespace strata;
 
 namespace {
-
-// A machine with round numbers: 100 TFLOP/s, 1000 GB/s, links of 100 GB/s and no latency.
-HardwareProfile round_machine() {
-  HardwareProfile hw;
-  hw.name = "round";
-  hw.memory_gib = 80;
-  hw.memory_bandwidth_gbs = 1000;
-  hw.peak_tflops_16bit = hw.peak_tflops_fp32 = 100;
-  hw.gemm_efficiency = hw.attention_efficiency = hw.memory_efficiency = 1;
-  hw.op_overhead_us = 0;
-  hw.gpus_per_node = 8;
-  hw.intra_node = hw.inter_node = {100, 0};
-  hw.host_link_gbs = 50;
-  hw.host_memory_gib = 1024;
-  hw.host_memory_bandwidth_gbs = 400;
-  return hw;
-}
 
 ModelShape shape(int tp, int pp, int v, int micro_batches, PipeSchedule schedule) {
   ModelShape m;
@@ -132,4 +116,48 @@ TEST_CASE("communication hides under compute at most") {
     CHECK(t.dp_hidden <= t.compute);
     CHECK(t.dp_hidden < t.dp_comm);
   }
+}
+
+TEST_CASE("a collective across nodes runs on as many network rails as its group has ranks per node") {
+  HardwareProfile hw = round_machine();
+  hw.intra_node = {240, 0};
+  hw.inter_node = {20, 0};
+  DpShape dp;
+  dp.ranks = 32;
+  const ModelShape model = shape(1, 1, 1, 1, PipeSchedule::OneFOneB);
+  const double grad_bytes = 1e9 * dp.comm_bytes;  // even_stages: 1e9 parameters per rank
+  const double ring = 2.0 * 31 / 32 * grad_bytes;  // an all-reduce's bytes per rank
+  dp.across_nodes = false;
+  CHECK(step_time(model, hw, even_stages(1, 1, 1), dp).dp_comm == Approx(ring / 240e9));
+  dp.across_nodes = true;
+  for (int per_node : {1, 2, 4, 8, 16}) {
+    dp.ranks_per_node = per_node;
+    INFO(per_node << " ranks per node");
+    // k rails of 20 GB/s each, never faster than the links inside the node.
+    const double bandwidth = std::min(240.0, per_node * 20.0) * 1e9;
+    CHECK(step_time(model, hw, even_stages(1, 1, 1), dp).dp_comm == Approx(ring / bandwidth));
+  }
+}
+
+TEST_CASE("stored attention scores cost their passes per head, fused attention its FLOPs") {
+  HardwareProfile hw = round_machine();
+  ModelShape model = shape(2, 1, 1, 1, PipeSchedule::OneFOneB);
+  const ChunkShape layer{1, false, false};
+  // The same width in more heads: fused attention costs the same, stored scores grow with them.
+  ModelShape more_heads = model;
+  more_heads.n_head = 2 * model.n_head;
+  CHECK(chunk_cost(model, hw, layer).forward == Approx(chunk_cost(more_heads, hw, layer).forward));
+  hw.attention_unfused = true;
+  const ChunkCost few = chunk_cost(model, hw, layer), many = chunk_cost(more_heads, hw, layer);
+  const double s = model.seq_len, e = model.elem_bytes;
+  const double scores = model.micro_batch * (model.n_head / 2.0) * s * s;  // per TP rank (tp 2)
+  CHECK(many.forward - few.forward == Approx(scores * (6 * e + 1) / 1000e9));
+  CHECK(many.backward - few.backward == Approx(scores * (9 * e + 1) / 1000e9));
+  // Against fused: the whole s × s products at the GEMM rate replace the causal core's FLOPs.
+  hw.attention_unfused = false;
+  const ChunkCost fused = chunk_cost(model, hw, layer);
+  const double h = model.d_model, N = model.micro_batch * s;
+  const double products = 4 * h * s * N / 2 / 100e12, causal = 2 * h * s * N / 2 / 100e12;
+  CHECK(few.forward - fused.forward == Approx(products - causal + scores * (6 * e + 1) / 1000e9));
+  CHECK(few.backward - fused.backward == Approx(2 * products - 2.5 * causal + scores * (9 * e + 1) / 1000e9));
 }
