@@ -43,11 +43,11 @@ class RangeChecker {
       : prefix_(std::move(prefix)), key_(key), p_(p) {}
   template <typename T>
   void value(const char* name, const T& v, Bound bound = {}) {
-    check(prefix_ + name, v, bound);
+    if (bound.kind != Bound::Kind::Any) check(prefix_ + name, v, bound);
   }
   template <typename T>
   void count(const char* name, const T& v, Bound bound = {}) {
-    check(prefix_ + name, v, bound);
+    if (bound.kind != Bound::Kind::Any) check(prefix_ + name, v, bound);
   }
   template <typename E, typename N>
   void choice(const char*, const E&, const N&) {}
@@ -55,7 +55,12 @@ class RangeChecker {
   void choice_any_case(const char*, const E&, const N&) {}
   template <typename Fn>
   void section(const char* name, Fn&& fields, const char* = nullptr) {
-    RangeChecker sub(prefix_ + name + ".", key_, p_);
+    std::string sub_prefix = prefix_ + name + ".";
+    // Only a section on the way to the key, or inside it, holds fields to check (the config is
+    // validated often: `strata plan` resolves thousands of layouts).
+    const std::string key_dot = key_ + ".";
+    if (key_dot.rfind(sub_prefix, 0) != 0 && sub_prefix.rfind(key_dot, 0) != 0) return;
+    RangeChecker sub(std::move(sub_prefix), key_, p_);
     fields(sub);
   }
   void scheduler(const SchedulerConfig&) {}  // its parameters depend on its type: check_scheduler

@@ -7,8 +7,11 @@
 // shape the tests try).
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "pipeline/pipeline.h"
 
@@ -248,12 +251,25 @@ int pipe_in_flight_bound(const PipeShape& s, int stage) {
 }
 
 std::vector<int> pipe_chunk_in_flight(const PipeShape& s, int stage) {
+  // Memoised: the memory estimate asks once per layout, and `strata plan` tries thousands of
+  // layouts that share a few pipeline shapes (building a table is most of a plan's time).
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int, int>, std::vector<int>> memo;
+  const auto key = std::make_tuple(static_cast<int>(s.schedule), s.stages, s.virtual_stages, s.micro_batches, stage);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+  }
   std::vector<int> now(static_cast<size_t>(s.virtual_stages), 0), most(now.size(), 1);
   for (const PipeAction& a : pipe_schedule(s, stage)) {
     int& n = now[static_cast<size_t>(a.chunk)];
     if (a.kind == PipeAction::Kind::Forward) most[static_cast<size_t>(a.chunk)] = std::max(most[static_cast<size_t>(a.chunk)], ++n);
     if (a.kind == PipeAction::Kind::Backward) --n;
   }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (memo.size() >= 65536) memo.clear();  // a bound, far above what one plan needs
+  memo.emplace(key, most);
   return most;
 }
 

@@ -5,9 +5,12 @@
 // check) with the share backward hides; the optimizer and the offload transfers.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "plan/plan_internal.h"
 #include "train/train.h"
@@ -50,7 +53,19 @@ double pipeline_makespan(const PipeShape& shape, double backward_over_forward) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = memo.find(key);
   if (it != memo.end()) return it->second;
-  const PipeSimulation sim = simulate_pipeline(shape, 1.0, static_cast<double>(ratio) / 1000);
+  // The tables are the same for every cost ratio: build them once per shape (the last few kept).
+  static std::vector<std::pair<std::tuple<int, int, int, int>, std::vector<std::vector<PipeAction>>>> tables;
+  const auto shape_key = std::make_tuple(static_cast<int>(shape.schedule), shape.stages, shape.virtual_stages,
+                                         shape.micro_batches);
+  auto found = std::find_if(tables.begin(), tables.end(), [&](const auto& t) { return t.first == shape_key; });
+  if (found == tables.end()) {
+    if (tables.size() >= 16) tables.erase(tables.begin());
+    std::vector<std::vector<PipeAction>> rank_tables;
+    for (int s = 0; s < shape.stages; ++s) rank_tables.push_back(pipe_schedule(shape, s));
+    tables.emplace_back(shape_key, std::move(rank_tables));
+    found = std::prev(tables.end());
+  }
+  const PipeSimulation sim = simulate_tables(shape, found->second, 1.0, static_cast<double>(ratio) / 1000);
   const double makespan = sim.completed ? sim.makespan : -1;
   memo.emplace(key, makespan);
   return makespan;
