@@ -107,6 +107,10 @@ int cuda_device_count() {
 #endif
 }
 
+bool cuda_attention_head_dim_supported(int64_t head_dim) {
+  return head_dim > 0 && head_dim <= 128 && head_dim % 16 == 0;
+}
+
 #ifndef STRATA_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(int) {
   throw UserError("device: cuda, but this strata was built without CUDA; install the CUDA Toolkit and rebuild "

@@ -270,6 +270,10 @@ std::unique_ptr<Backend> make_guarded_cpu_backend();
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
 // GPUs visible to this process (0 without CUDA in the build, without a driver, or without a GPU).
 int cuda_device_count();
+// The head sizes the CUDA backend's attention kernels take: a multiple of 16 up to 128 (the
+// same rule as kernels/attention.cuh, which the launchers check; a unit test holds them equal).
+// Known in every build, so that a plan made without CUDA still says so.
+bool cuda_attention_head_dim_supported(int64_t head_dim);
 // Dense bf16 peak FLOP/s of a GPU from its name (H100 SXM/HBM3 and H200: 989e12, H100 PCIe/NVL
 // 756e12 and 835e12, A100: 312e12); 0 for others.
 double gpu_peak_flops(const std::string& device_name);

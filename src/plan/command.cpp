@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "backend/backend.h"
 #include "core/core.h"
 #include "plan/plan_internal.h"
 
@@ -87,6 +88,18 @@ void write_config(const std::string& path, const Prediction& p, const HardwarePr
                               memory_line(least), gib(least.memory_limit)));
 }
 
+// strata's own GPU attention takes some head sizes only: a plan for a GPU with strata's (fused)
+// kernels says so for a model whose heads it cannot run (`strata train` refuses it at start-up).
+void warn_unsupported_heads(const Config& cfg, const HardwareProfile& hw) {
+  const int head_dim = *cfg.model.d_model / *cfg.model.n_head;
+  if (!hw.gpu || hw.attention_unfused || cuda_attention_head_dim_supported(head_dim)) return;
+  std::fprintf(stderr,
+               "warning: heads of %d channels: strata's CUDA attention takes a multiple of 16 up to 128, so "
+               "`strata train` refuses this model on GPUs (change n_head); the times below assume kernels that "
+               "take it\n",
+               head_dim);
+}
+
 int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& hw, int gpn) {
   PlanRequest req{o.gpus, gpn, o.tp_across_nodes, plan_axes_keeping(o.keep), given_overlap_comm(o)};
   int considered = 0;
@@ -133,6 +146,7 @@ int run_plan(const MpiRuntime* mpi, const PlanOptions& o) {
   if (o.explain) {
     if (o.gpus <= 0) throw UserError("strata plan --explain: give --gpus N (the ranks the config will run on)");
     const Config cfg = load_plan_config(o, o.gpus);
+    warn_unsupported_heads(cfg, hw);
     const Prediction p = predict_layout(cfg, hw, gpn);
     if (o.json) {
       std::printf("%s\n", to_json(p, layout_overrides(cfg, p.layout, given_overlap_comm(o))).dump(2).c_str());
@@ -158,6 +172,7 @@ int run_plan(const MpiRuntime* mpi, const PlanOptions& o) {
     throw UserError(fmt::format("--keep {}: the config's own layout does not run on {} GPUs ({}); keep only zero, "
                                 "recompute or offload, or plan for GPUs it runs on",
                                 o.keep, o.gpus, refused));
+  warn_unsupported_heads(cfg, hw);
   return print_plan(o, cfg, hw, gpn);
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/core.h"
 #include "plan/plan_internal.h"
@@ -80,6 +81,34 @@ double flops_per_token(const Config& cfg) {
   return l * (3 * layer + recompute) + 6 * h * V;
 }
 
+// Where one kind of group sits on nodes of gpn ranks (`groups` groups of `size` ranks, group g's
+// i-th rank first(g) + i·stride): whether a group spans nodes, and the fewest ranks such a group
+// has on one node, where its ring has that many network interfaces to cross on.
+struct GroupPlacement {
+  bool across_nodes = false;
+  int ranks_per_node = 1;
+};
+template <typename First>
+GroupPlacement place_groups(int groups, int size, int stride, int gpn, const First& first) {
+  GroupPlacement out;
+  int fewest = std::numeric_limits<int>::max();
+  for (int g = 0; g < groups; ++g) {
+    int node = -1, run = 0, runs = 0, least = std::numeric_limits<int>::max();
+    for (int i = 0; i < size; ++i) {
+      const int n = (first(g) + i * stride) / gpn;
+      if (n != node) {
+        if (run > 0) least = std::min(least, run);
+        node = n, run = 0, ++runs;
+      }
+      ++run;
+    }
+    least = std::min(least, run);
+    if (runs > 1) out.across_nodes = true, fewest = std::min(fewest, least);
+  }
+  if (out.across_nodes) out.ranks_per_node = fewest;
+  return out;
+}
+
 }  // namespace
 
 Prediction predict_layout(const Config& cfg, const HardwareProfile& hw, int gpus_per_node) {
@@ -101,8 +130,13 @@ Prediction predict_layout(const Config& cfg, const HardwareProfile& hw, int gpus
     p.fits = p.memory.total() + p.memory.host <= p.memory_limit;
   }
   ModelShape m = model_shape(cfg, hw, ranks_per_node);
-  m.tp_across_nodes = d.tp_size > gpn;
-  m.tp_ranks_per_node = std::min(d.tp_size, gpn);
+  // Ranks are numbered TP fastest, then DP, then PP: rank = (pp·DP + dp)·TP + tp.
+  const int tp = d.tp_size, dps = d.dp_size;
+  const GroupPlacement tp_groups = place_groups(d.pp_size * dps, tp, 1, gpn, [tp](int g) { return g * tp; });
+  const GroupPlacement dp_groups =
+      place_groups(d.pp_size * tp, dps, tp, gpn, [tp, dps](int g) { return g / tp * dps * tp + g % tp; });
+  m.tp_across_nodes = tp_groups.across_nodes;
+  m.tp_ranks_per_node = tp_groups.ranks_per_node;
   // The slowest stage boundary sets the pace: one crosses nodes once the job spans several.
   m.pp_across_nodes = d.pp_size > 1 && d.world_size > gpn;
   m.layer_groups = *cfg.model.n_layer / d.pp_size + 1;
@@ -110,9 +144,8 @@ Prediction predict_layout(const Config& cfg, const HardwareProfile& hw, int gpus
   dp.ranks = d.dp_size;
   dp.zero_stage = cfg.zero_optimization.stage;
   dp.overlap_comm = cfg.zero_optimization.overlap_comm.value_or(false);
-  dp.across_nodes = d.dp_size * d.tp_size > gpn;
-  // Ranks are numbered TP fastest, then DP: a node holds gpn / tp ranks of each DP group.
-  dp.ranks_per_node = d.tp_size >= gpn ? 1 : std::min(d.dp_size, gpn / d.tp_size);
+  dp.across_nodes = dp_groups.across_nodes;
+  dp.ranks_per_node = dp_groups.ranks_per_node;
   dp.comm_bytes = static_cast<double>(dtype_size(cfg.communication_data_type));
   dp.bucket_elements = static_cast<double>(cfg.zero_optimization.reduce_bucket_size);
   dp.offload_optimizer = cfg.zero_optimization.offload_optimizer.device != OffloadDevice::None;

@@ -53,13 +53,14 @@ double pipeline_makespan(const PipeShape& shape, double backward_over_forward) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = memo.find(key);
   if (it != memo.end()) return it->second;
-  // The tables are the same for every cost ratio: build them once per shape (the last few kept).
+  // The tables are the same for every cost ratio: build them once per shape, keeping the last few
+  // (the planner tries a shape's layouts one after another; a 64-stage shape's tables are ~10 MB).
   static std::vector<std::pair<std::tuple<int, int, int, int>, std::vector<std::vector<PipeAction>>>> tables;
   const auto shape_key = std::make_tuple(static_cast<int>(shape.schedule), shape.stages, shape.virtual_stages,
                                          shape.micro_batches);
   auto found = std::find_if(tables.begin(), tables.end(), [&](const auto& t) { return t.first == shape_key; });
   if (found == tables.end()) {
-    if (tables.size() >= 16) tables.erase(tables.begin());
+    if (tables.size() >= 4) tables.erase(tables.begin());
     std::vector<std::vector<PipeAction>> rank_tables;
     for (int s = 0; s < shape.stages; ++s) rank_tables.push_back(pipe_schedule(shape, s));
     tables.emplace_back(shape_key, std::move(rank_tables));

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/core.h"
@@ -21,6 +22,21 @@ bool simulate_device_requested() {
     throw UserError(fmt::format("environment variable STRATA_SIMULATE_DEVICE='{}': use 1 (on) or 0 (off)", value));
   }
   return true;
+}
+
+// Before any collective: a head size the CUDA attention kernels do not take is the user's to
+// change (else the first forward would fail on every rank as an internal error).
+void refuse_cuda_head_dim(int d_model, int n_head) {
+  const int head_dim = d_model / n_head;
+  if (cuda_attention_head_dim_supported(head_dim)) return;
+  std::string instead;
+  for (int h = 128; h >= 16 && instead.empty(); h -= 16) {
+    if (d_model % h == 0) instead = fmt::format(" (n_head: {} gives heads of {})", d_model / h, h);
+  }
+  throw UserError(fmt::format("model: heads of {} channels (d_model {} / n_head {}), but the CUDA backend's "
+                              "attention takes a multiple of 16 up to 128: choose n_head so that d_model / n_head "
+                              "is one{}, or set device: cpu",
+                              head_dim, d_model, n_head, instead));
 }
 
 }  // namespace
@@ -42,6 +58,7 @@ TrainingDevice make_training_device(const Config& cfg, const MpiRuntime& mpi) {
       make_cuda_backend(0);  // throws, explaining why: a build without CUDA, no driver, or no GPU
       throw UserError("device: cuda, but no GPU is visible to this process; set device: cpu or auto");
     }
+    refuse_cuda_head_dim(*cfg.model.d_model, *cfg.model.n_head);
     own_gpu = mpi.local_size() <= gpus;
     const int index = mpi.local_rank() % gpus;
     out.backend = make_cuda_backend(index);

@@ -72,6 +72,11 @@ for hw in a100-sxm-80gb h100-sxm h200-sxm cpu-2core; do
 done
 run_expect 0 "$STRATA" plan --config "$SRC/configs/gpt2-1558m.yaml" --gpus 16 --hardware h100-sxm --top 1
 expect_contains "$OUT" "1.56B parameters, seq_len 1024"
+! grep -q "^warning: heads" <<<"$OUT" || fail "a warning for heads of 64"
+# Heads strata's CUDA attention does not take: a GPU plan says that `strata train` refuses them.
+run_expect 0 "$STRATA" plan --config "$SRC/configs/gpt2-1558m.yaml" --gpus 16 --hardware h100-sxm --top 1 \
+  --set model.n_head=10
+expect_contains "$OUT" "warning: heads of 160 channels: strata's CUDA attention takes a multiple of 16 up to 128"
 
 # --calibrate measures this machine into a profile the planner reads.
 run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" plan --calibrate --config "$WORK/tiny.yaml" \

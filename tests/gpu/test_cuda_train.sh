@@ -20,6 +20,7 @@
 #   curve, bf16 with ZeRO-1 within 2% of the CPU's; with two GPUs or more also over NCCL (the
 #   stages' sends and receives posted as one NCCL group);
 # - comm.backend: nccl at world size 1 equals the MPI-backed run bit for bit;
+# - heads of 8 channels, which the CUDA attention does not take: exit 2 at start-up;
 # - ZeRO 1 with the optimizer state offloaded to page-locked host memory and to a file
 #   (offload_optimizer cpu and nvme; the host AdamW is the device's step) equals ZeRO 1 without
 #   offload bit for bit;
@@ -38,7 +39,7 @@ source "$(dirname "$0")/../lib/common.sh"
 EMULATED="${STRATA_CUDA_BINARY:+emulated}"
 if [ -n "$EMULATED" ]; then
   CUDA_STRATA="$STRATA_CUDA_BINARY"
-  STEPS=10 MICRO=2 MODEL="n_layer: 2, n_head: 2, d_model: 64, vocab_size: 256, seq_len: 64" HEADS_OF_64=1
+  STEPS=10 MICRO=2 MODEL="n_layer: 2, n_head: 2, d_model: 64, vocab_size: 256, seq_len: 64" HEADS_OF_64=1 HEADS_OF_8=8
   DEVICE_LOG="device: cuda:0 (strata CPU emulator"
 else
   if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -46,7 +47,7 @@ else
     exit 77
   fi
   CUDA_STRATA="$STRATA"
-  STEPS=20 MICRO=4 MODEL="n_layer: 4, n_head: 4, d_model: 128, vocab_size: 256, seq_len: 128" HEADS_OF_64=2
+  STEPS=20 MICRO=4 MODEL="n_layer: 4, n_head: 4, d_model: 128, vocab_size: 256, seq_len: 128" HEADS_OF_64=2 HEADS_OF_8=16
   DEVICE_LOG="device: cuda:0"
 fi
 HALF=$((STEPS / 2))
@@ -132,6 +133,10 @@ expect_contains "$OUT" "offload: optimizer state (fp32 master, Adam moments) in 
 run gpu_z1_bf16_offload_nvme 1 cuda "${z1[@]}" --set zero_optimization.offload_optimizer.device=nvme \
   --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
 expect_contains "$OUT" "offload: optimizer state (fp32 master, Adam moments) in a file in $WORK/nvme"
+# A head size the CUDA attention does not take: exit 2 at start-up, saying what would do.
+EXPECT_RC=2 run gpu_heads_of_8 1 cuda --set model.n_head="$HEADS_OF_8"
+expect_contains "$OUT" "model: heads of 8 channels (d_model $((8 * HEADS_OF_8)) / n_head $HEADS_OF_8), but the CUDA backend's attention takes a multiple of 16 up to 128"
+expect_contains "$OUT" "(n_head: 1 gives heads of $((8 * HEADS_OF_8)))"
 if [ -n "$EMULATED" ]; then
   EXPECT_RC=2 run gpu_nccl 1 cuda --set comm.backend=nccl
   expect_contains "$OUT" "this strata was built without NCCL"

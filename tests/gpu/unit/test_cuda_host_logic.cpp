@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention.cuh"
+#include "backend/backend.h"
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cuda_args.h"
 #include "embedding.cuh"
@@ -275,4 +276,11 @@ TEST_CASE("GEMM plan keys separate the GELU aux alignment and the GELU epilogue 
   GemmProblem odd = base.problem;
   odd.n = 100;
   CHECK_FALSE(gelu_epilogue_fusable(odd));
+}
+
+TEST_CASE("the head sizes the trainer's start-up check accepts are the attention launchers' own") {
+  for (int64_t head_dim = -1; head_dim <= 512; ++head_dim) {
+    INFO("head_dim " << head_dim);
+    CHECK(strata::cuda_attention_head_dim_supported(head_dim) == attention_head_dim_supported(head_dim));
+  }
 }

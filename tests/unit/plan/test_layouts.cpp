@@ -83,3 +83,25 @@ data: {train: /nonexistent/*.bin}
   // On one node of 8 the intra-node link carries it: 100 times the one rail.
   CHECK(predict_layout(tp2, hw, 8).time.dp_comm == Approx(tp2_two / 100));
 }
+
+TEST_CASE("a DP group straddling nodes is charged by the node holding the fewest of its ranks") {
+  const char* base = R"(
+train_batch_size: 48
+train_micro_batch_size_per_gpu: 4
+model: {n_layer: 4, n_head: 4, d_model: 64, vocab_size: 256, seq_len: 32}
+data: {train: /nonexistent/*.bin}
+)";
+  HardwareProfile hw = round_machine();
+  hw.intra_node = {1000, 0};
+  hw.inter_node = {10, 0};
+  // 24 ranks, PP 2 × DP 12 on nodes of 8: stage 1 is ranks 12-23, 4 on node 1 and 8 on node 2, so
+  // 4 rails, as on nodes of 4 (not 8, as when the groups line up with the nodes).
+  const Config pp2 = load_config_text(base, {"parallelism.pipeline_model_parallel_size=2"}, 24, "pp2");
+  CHECK(predict_layout(pp2, hw, 8).time.dp_comm == Approx(predict_layout(pp2, hw, 4).time.dp_comm));
+  // PP 4 × DP 6 on nodes of 8: stage 1 (ranks 6-11) spans nodes 0 and 1 with 2 ranks on node 0,
+  // as every group does on nodes of 2; not the intra-node link.
+  const Config pp4 = load_config_text(base, {"parallelism.pipeline_model_parallel_size=4"}, 24, "pp4");
+  const double pp4_eight = predict_layout(pp4, hw, 8).time.dp_comm;
+  CHECK(pp4_eight == Approx(predict_layout(pp4, hw, 2).time.dp_comm));
+  CHECK(pp4_eight == Approx(50 * predict_layout(pp4, hw, 24).time.dp_comm));  // 2 rails of 10 vs 1000
+}
