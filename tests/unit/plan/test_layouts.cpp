@@ -61,18 +61,29 @@ TEST_CASE("the base's explicit partition stays only with its own pipeline shape"
   CHECK(config_for_layout(base, other).parallelism.pipeline.partition == PipelinePartition::Uniform);
 }
 
-TEST_CASE("a DP group spanning nodes has the node's ranks over TP on each: that many network rails") {
-  const char* base = R"(
-train_batch_size: 32
-train_micro_batch_size_per_gpu: 4
-model: {n_layer: 2, n_head: 4, d_model: 64, vocab_size: 256, seq_len: 32}
-data: {train: /nonexistent/*.bin}
-)";
+namespace {
+
+// Fast links in a node, slow ones between nodes, no latency: a collective's time shows its rails.
+HardwareProfile railed_machine() {
   HardwareProfile hw = round_machine();
   hw.intra_node = {1000, 0};
   hw.inter_node = {10, 0};
-  const Config dp8 = load_config_text(base, {}, 8, "dp8");
-  const Config tp2 = load_config_text(base, {"parallelism.tensor_model_parallel_size=2"}, 8, "tp2");
+  return hw;
+}
+
+const char* kRailsBase = R"(
+train_batch_size: 48
+train_micro_batch_size_per_gpu: 2
+model: {n_layer: 4, n_head: 4, d_model: 64, vocab_size: 256, seq_len: 32}
+data: {train: /nonexistent/*.bin}
+)";
+
+}  // namespace
+
+TEST_CASE("a DP group spanning nodes has the node's ranks over TP on each: that many network rails") {
+  const HardwareProfile hw = railed_machine();
+  const Config dp8 = load_config_text(kRailsBase, {}, 8, "dp8");
+  const Config tp2 = load_config_text(kRailsBase, {"parallelism.tensor_model_parallel_size=2"}, 8, "tp2");
   // DP 8 on nodes of 4: 4 rails; on nodes of 2: 2 rails, half the bandwidth.
   const double dp8_four = predict_layout(dp8, hw, 4).time.dp_comm, dp8_two = predict_layout(dp8, hw, 2).time.dp_comm;
   CHECK(dp8_two == Approx(2 * dp8_four));
@@ -85,22 +96,14 @@ data: {train: /nonexistent/*.bin}
 }
 
 TEST_CASE("a DP group straddling nodes is charged by the node holding the fewest of its ranks") {
-  const char* base = R"(
-train_batch_size: 48
-train_micro_batch_size_per_gpu: 4
-model: {n_layer: 4, n_head: 4, d_model: 64, vocab_size: 256, seq_len: 32}
-data: {train: /nonexistent/*.bin}
-)";
-  HardwareProfile hw = round_machine();
-  hw.intra_node = {1000, 0};
-  hw.inter_node = {10, 0};
+  const HardwareProfile hw = railed_machine();
   // 24 ranks, PP 2 × DP 12 on nodes of 8: stage 1 is ranks 12-23, 4 on node 1 and 8 on node 2, so
   // 4 rails, as on nodes of 4 (not 8, as when the groups line up with the nodes).
-  const Config pp2 = load_config_text(base, {"parallelism.pipeline_model_parallel_size=2"}, 24, "pp2");
+  const Config pp2 = load_config_text(kRailsBase, {"parallelism.pipeline_model_parallel_size=2"}, 24, "pp2");
   CHECK(predict_layout(pp2, hw, 8).time.dp_comm == Approx(predict_layout(pp2, hw, 4).time.dp_comm));
   // PP 4 × DP 6 on nodes of 8: stage 1 (ranks 6-11) spans nodes 0 and 1 with 2 ranks on node 0,
   // as every group does on nodes of 2; not the intra-node link.
-  const Config pp4 = load_config_text(base, {"parallelism.pipeline_model_parallel_size=4"}, 24, "pp4");
+  const Config pp4 = load_config_text(kRailsBase, {"parallelism.pipeline_model_parallel_size=4"}, 24, "pp4");
   const double pp4_eight = predict_layout(pp4, hw, 8).time.dp_comm;
   CHECK(pp4_eight == Approx(predict_layout(pp4, hw, 2).time.dp_comm));
   CHECK(pp4_eight == Approx(50 * predict_layout(pp4, hw, 24).time.dp_comm));  // 2 rails of 10 vs 1000
