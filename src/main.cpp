@@ -219,6 +219,7 @@ int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<stra
   }
   if (c.plan->parsed() && !c.plan_options.calibrate) return strata::run_plan(nullptr, c.plan_options);
   mpi = std::make_unique<strata::MpiRuntime>(argc, argv);
+  strata::create_start_marker_if_asked(*mpi);
   if (c.plan->parsed()) return strata::run_plan(mpi.get(), c.plan_options);
   if (c.info->parsed()) return strata::run_info(*mpi, c.info_options);
   if (c.comm_check->parsed()) return strata::run_comm_check(*mpi, c.comm_check_options);

@@ -3,6 +3,10 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "comm/comm.h"
@@ -31,6 +35,19 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   group->world_ranks.resize(static_cast<size_t>(world_size_));
   std::iota(group->world_ranks.begin(), group->world_ranks.end(), 0);
   control_group_ = std::move(group);
+}
+
+void create_start_marker_if_asked(const MpiRuntime& mpi) {
+  const char* path = std::getenv("STRATA_STARTED_FILE");
+  if (!path || !*path) return;
+  mpi.barrier();
+  if (mpi.world_rank() != 0) return;
+  std::FILE* f = std::fopen(path, "w");
+  if (!f || std::fclose(f) != 0) {
+    log_warn("STRATA_STARTED_FILE {}: cannot create it ({}); the launcher will take a later failure for a "
+             "start-up one",
+             path, std::strerror(errno));
+  }
 }
 
 MpiRuntime::~MpiRuntime() {

@@ -54,6 +54,12 @@ class MpiRuntime {
   mutable int control_tag_ = 0;
 };
 
+// The launcher's start-up marker: when STRATA_STARTED_FILE is set (launch/slurm.sbatch sets it
+// for its job step), every rank waits until all are through MPI's start-up and rank 0 then
+// creates that file. A step that dies without it failed while starting (Open MPI and the
+// launcher's PMIx can crash there), not while training, and the launcher may run it again.
+void create_start_marker_if_asked(const MpiRuntime& mpi);
+
 // A round of non-blocking yes/no votes over the world (MPI_Iallreduce of a flag on a
 // communicator of its own). Every rank posts the same number of votes in the same order; post()
 // returns at once, any_yes(i) waits until every rank has posted vote i and says whether one voted

@@ -7,7 +7,7 @@
 #   requeued run resumes from that checkpoint; preempted (scontrol requeue: SIGTERM to every
 #   process of the job) it saves again and Slurm requeues it; the third run finishes. Its losses
 #   equal an uninterrupted job's bit for bit, and the banner places ranks 0-1 on node0 and 2-3 on
-#   node1;
+#   node1; the uninterrupted job's first job step dies at start-up and is run again;
 # - mpirun inside the allocation (STRATA_LAUNCHER=mpirun): the same placement, SIGUSR1 to the batch
 #   script saves and requeues, and the requeued run resumes; equal to the uninterrupted job;
 # - a config error ends the job with exit 2 before any job step, and it is not requeued.
@@ -107,11 +107,22 @@ expect_contains "$(cat "$WORK/chain.out")" "resumed from $WORK/chain/step_$(prin
 [ "$(slurm_job_field "$JOB" Restarts)" = 2 ] || fail "job $JOB restarted $(slurm_job_field "$JOB" Restarts) times, not 2"
 echo "run 3 resumed at step $k2 and finished at step $((k2 + 3)); job $JOB COMPLETED after 2 requeues"
 
-# The uninterrupted job, as long as the chain.
+# The uninterrupted job, as long as the chain; its first job step dies at start-up (rank 3 is
+# killed before MPI starts, as a crash in MPI_Init would end it), so the script runs it again.
+cat >"$WORK/crash_once" <<EOF
+#!/bin/sh
+if [ "\$1" = train ] && [ "\${SLURM_PROCID:-}" = 3 ] && mkdir "$WORK/crashed" 2>/dev/null; then kill -SEGV \$\$; fi
+exec "$STRATA" "\$@"
+EOF
+chmod +x "$WORK/crash_once"
 config whole $((k2 + 3))
-submit whole --time=10
+STRATA_BIN="$WORK/crash_once" submit whole --time=10
 wait_done "$JOB"
 [ "$STATE" = COMPLETED ] || { cat "$WORK/whole.out"; fail "the uninterrupted job ended $STATE"; }
+expect_contains "$(cat "$WORK/whole.out")" \
+  "before every rank was through MPI's start-up: running it again in 10 s (start-up retry 1 of STRATA_STARTUP_RETRIES=1)"
+[ "$(grep -c "^slurm.sbatch: running:" "$WORK/whole.out")" = 2 ] || fail "the job step did not run twice"
+[ ! -e "$WORK/.strata-started.$JOB" ] || fail "the start-up marker was left behind"
 same_losses chain whole
 
 # mpirun inside the allocation: SIGUSR1 to the batch script, as --signal=B:USR1 sends it.
