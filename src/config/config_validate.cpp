@@ -75,7 +75,7 @@ class RangeChecker {
   template <typename T>
   void check(const std::string& path, const T& v, Bound bound) {
     if constexpr (std::is_arithmetic_v<T>) {
-      if (bound.kind == Bound::Kind::Any || !(path == key_ || path.rfind(key_ + ".", 0) == 0)) return;
+      if (!(path == key_ || path.rfind(key_ + ".", 0) == 0)) return;  // value() and count() skip Any
       const auto value = static_cast<double>(v);
       switch (bound.kind) {
         case Bound::Kind::AtLeast:

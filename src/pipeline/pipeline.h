@@ -83,6 +83,8 @@ std::vector<PipeShapeProblem> pipe_shape_problems(const PipeShape& shape, int n_
 // The table of pipeline rank `stage`: every forward and backward of its chunks for every
 // micro-batch, with the communication between them.
 std::vector<PipeAction> pipe_schedule(const PipeShape& shape, int stage);
+// Every rank's table, rank after rank (what the simulator runs).
+std::vector<std::vector<PipeAction>> pipe_schedules(const PipeShape& shape);
 // Most micro-batch-chunks whose forward ran and backward did not, on `stage` (the activations it
 // keeps at once): p − s for 1F1B, m for GPipe, Megatron's warmup + 1 for interleaving.
 int pipe_in_flight_bound(const PipeShape& shape, int stage);

@@ -241,6 +241,12 @@ std::vector<PipeAction> pipe_schedule(const PipeShape& s, int stage) {
   return table;
 }
 
+std::vector<std::vector<PipeAction>> pipe_schedules(const PipeShape& s) {
+  std::vector<std::vector<PipeAction>> tables;
+  for (int stage = 0; stage < s.stages; ++stage) tables.push_back(pipe_schedule(s, stage));
+  return tables;
+}
+
 int pipe_in_flight_bound(const PipeShape& s, int stage) {
   switch (s.schedule) {
     case PipeSchedule::GPipe: return s.micro_batches;

@@ -59,9 +59,7 @@ double PipeSimulation::bubble_fraction() const {
 }
 
 PipeSimulation simulate_pipeline(const PipeShape& shape, double forward_cost, double backward_cost) {
-  std::vector<std::vector<PipeAction>> tables;
-  for (int s = 0; s < shape.stages; ++s) tables.push_back(pipe_schedule(shape, s));
-  return simulate_tables(shape, tables, forward_cost, backward_cost);
+  return simulate_tables(shape, pipe_schedules(shape), forward_cost, backward_cost);
 }
 
 namespace {
@@ -215,8 +213,7 @@ int pipe_last_micro_batch(const PipeAction& action) {
 
 PipeStopSimulation simulate_stop_vote(const PipeShape& shape, int stop_vote, double forward_cost,
                                       double backward_cost) {
-  std::vector<std::vector<PipeAction>> tables;
-  for (int s = 0; s < shape.stages; ++s) tables.push_back(pipe_schedule(shape, s));
+  const std::vector<std::vector<PipeAction>> tables = pipe_schedules(shape);
   PipeStopSimulation out;
   std::vector<int> below;
   out.run = simulate(shape, tables, forward_cost, backward_cost, VoteModel{true, pipe_stop_vote_lag(shape), stop_vote},

@@ -61,9 +61,7 @@ double pipeline_makespan(const PipeShape& shape, double backward_over_forward) {
   auto found = std::find_if(tables.begin(), tables.end(), [&](const auto& t) { return t.first == shape_key; });
   if (found == tables.end()) {
     if (tables.size() >= 4) tables.erase(tables.begin());
-    std::vector<std::vector<PipeAction>> rank_tables;
-    for (int s = 0; s < shape.stages; ++s) rank_tables.push_back(pipe_schedule(shape, s));
-    tables.emplace_back(shape_key, std::move(rank_tables));
+    tables.emplace_back(shape_key, pipe_schedules(shape));
     found = std::prev(tables.end());
   }
   const PipeSimulation sim = simulate_tables(shape, found->second, 1.0, static_cast<double>(ratio) / 1000);
