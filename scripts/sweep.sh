@@ -13,7 +13,8 @@
 #                      layout that fits), each with its predicted tokens/s and memory beside the
 #                      measured ones in the summary; --hardware NAME|FILE is the plan's profile
 #                      (default h100-sxm; a profile from `strata plan --calibrate` for this machine)
-# Each point runs in DIR/NAME (NAME from its values, e.g. stage-1__micro-4): its resolved config
+# Each point runs in DIR/NAME (NAME from the last part of each key and its value, e.g.
+# stage-1__train_micro_batch_size_per_gpu-4): its resolved config
 # (config.yaml), log (train.log), metrics.jsonl, checkpoints/ and exit status (status). A point
 # that failed does not stop the sweep: its exit code and last error line go into the summary.
 # Re-running the same command skips the points that finished (status 0) and resumes the others
@@ -25,7 +26,7 @@
 #   MPIRUN_FLAGS (extra flags for mpirun, e.g. "--oversubscribe").
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"; exit 2; }
 die() { echo "sweep: $*" >&2; exit 2; }
 
 base="" out="" np=1 grid="" only="" from_plan="" hardware="h100-sxm"
@@ -240,9 +241,12 @@ for p in points:
     status = open(os.path.join(d, "status")).read().strip() if os.path.exists(os.path.join(d, "status")) else "not run"
     error = ""
     if status not in ("0", "not run") and os.path.exists(os.path.join(d, "train.log")):
-        lines = [l.strip() for l in open(os.path.join(d, "train.log"), errors="replace")
-                 if re.search(r"error|abort|killed|not finite", l, re.I)]
-        error = lines[-1] if lines else ""
+        log = [l.strip() for l in open(os.path.join(d, "train.log"), errors="replace")]
+        # strata's own error lines first (mpirun's abort notice comes after them), a count
+        # heading a list of problems left out; else anything that reads like a failure.
+        own = [l for l in log if re.search(r"(^|\] )error: ", l) and not re.search(r"error: \d+ problems? found:$", l)]
+        broad = [l for l in log if re.search(r"error|abort|killed|not finite", l, re.I)]
+        error = (own or broad or [""])[-1]
     mfu = [r["mfu"] for r in timed if r.get("mfu") is not None]
     rows.append({**{k: values.get(k, "") for k in keys},
                  "steps": max(last) if last else 0,

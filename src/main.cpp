@@ -2,9 +2,15 @@
 // errors to exit codes (0 ok, 2 user error, 1 internal error, 3 device/comm failure).
 #include <CLI/CLI.hpp>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <csignal>
 #include <exception>
 #include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/comm.h"
@@ -39,6 +45,7 @@ int report_user_error(const strata::UserError& e, int world_size) {
   // An error every rank raised is reported once; one raised here alone is reported here, and
   // the job ends with it, since the other ranks may be waiting for this one in a collective.
   const bool every_rank = world_size <= 1 || e.raised_on() == strata::RaisedOn::EveryRank;
+  strata::note_user_error_exit();
   if (every_rank && strata::process_rank() > 0) return strata::kExitUserError;
   if (auto* many = dynamic_cast<const strata::UserErrors*>(&e)) {
     log_error("{} problem{} found:", many->errors().size(), many->errors().size() == 1 ? "" : "s");
@@ -48,6 +55,29 @@ int report_user_error(const strata::UserError& e, int world_size) {
   }
   if (!every_rank) strata::abort_job(strata::kExitUserError);
   return strata::kExitUserError;
+}
+
+// "strata foo" or "strata data foo": the first word that names no subcommand where one is
+// expected, as a message (CLI11 itself says only that a subcommand is required); "" if none.
+std::string unknown_subcommand(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  std::string path = "strata";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    const std::vector<CLI::App*> subcommands = level->get_subcommands({});
+    if (word.empty() || word[0] == '-' || subcommands.empty()) return "";
+    auto named = std::find_if(subcommands.begin(), subcommands.end(), [&](CLI::App* s) { return s->check_name(word); });
+    if (named == subcommands.end()) {
+      std::string listed;
+      for (CLI::App* s : subcommands) {
+        if (!s->get_group().empty()) listed += (listed.empty() ? "" : ", ") + s->get_name();
+      }
+      return fmt::format("{}: unknown command '{}' (commands: {})", path, word, listed);
+    }
+    level = *named;
+    path += " " + level->get_name();
+  }
+  return "";
 }
 
 // Every subcommand's options, as CLI11 fills them in, and which subcommand was given.
@@ -195,7 +225,9 @@ int run_config(const Commands& c) {
   }
   for (const std::string& note : strata::deepspeed_notes(cfg)) std::printf("# %s\n", note.c_str());
   std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
-  std::fputs(strata::derived_to_yaml(cfg).c_str(), stdout);
+  // The derived values as comments: the output loads back as the same config.
+  std::istringstream derived(strata::derived_to_yaml(cfg));
+  for (std::string line; std::getline(derived, line);) std::printf("# %s\n", line.c_str());
   strata::print_blend_report(cfg);
   return 0;
 }
@@ -241,10 +273,16 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Commands commands;
   add_commands(app, commands);
+  if (const std::string unknown = unknown_subcommand(app, argc, argv); !unknown.empty()) {
+    log_error("{}", unknown);
+    strata::note_user_error_exit();
+    return strata::kExitUserError;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
+    if (rc != 0) strata::note_user_error_exit();
     return rc == 0 ? 0 : strata::kExitUserError;
   }
 

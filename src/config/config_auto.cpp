@@ -135,8 +135,13 @@ void describe_resolved_keys(Config& cfg) {
                                                  d.tp_size);
       continue;
     }
+    // A stage-3 key at strata's default changes nothing at any stage (resolved configs and
+    // `strata plan --write` write it out), so only one set otherwise is noted.
+    const bool at_default = note.path == "zero_optimization.stage3_param_persistence_threshold" &&
+                            cfg.zero_optimization.stage3_param_persistence_threshold ==
+                                ZeroConfig{}.stage3_param_persistence_threshold;
     if (note.path.rfind("zero_optimization.stage3_", 0) == 0 && cfg.zero_optimization.stage != 3 &&
-        note.treatment == "implemented") {
+        note.treatment == "implemented" && !at_default) {
       note.treatment = "accepted";
       note.detail = fmt::format("a ZeRO stage 3 setting; it changes nothing at stage {}", cfg.zero_optimization.stage);
       continue;

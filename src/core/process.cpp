@@ -4,8 +4,12 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "core/log.h"
 
@@ -28,6 +32,14 @@ void abort_job(int code) {
   log_flush();  // the message that explains the abort
   if (mpi_is_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();
+}
+
+void note_user_error_exit() {
+  const char* dir = std::getenv("STRATA_USER_ERROR_DIR");
+  if (!dir || !*dir) return;
+  // Best effort: without the file the wrapper waits for mpirun, as plain mpirun does.
+  const std::string path = std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid());
+  if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
 }
 
 }  // namespace strata

@@ -11,4 +11,10 @@ bool mpi_is_initialized();
 // Prints nothing itself; calls MPI_Abort when MPI is up (so no rank hangs), else std::abort.
 [[noreturn]] void abort_job(int code);
 
+// Tells launch/strata-mpirun that this rank ends with a user error (exit 2), by a file in
+// STRATA_USER_ERROR_DIR when it is set: Open MPI's mpirun sleeps through its whole kill
+// sequence (twice the wrapper's grace) after a rank exits non-zero, though nothing is left to
+// save; the wrapper ends it once the ranks have gone.
+void note_user_error_exit();
+
 }  // namespace strata

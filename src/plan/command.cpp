@@ -110,7 +110,8 @@ int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& h
   if (!o.write_path.empty()) write_config(o.write_path, all.front(), hw);
   if (o.json) {
     nlohmann::json j = {{"hardware", hw.name}, {"gpus", o.gpus}, {"gpus_per_node", gpn},
-                        {"global_batch", cfg.derived.global_batch}, {"considered", considered}, {"fit", fitting},
+                        {"global_batch", cfg.derived.global_batch}, {"considered", considered},
+                        {"valid", static_cast<int>(all.size())}, {"fit", fitting},
                         {"layouts", nlohmann::json::array()}};
     for (int i = 0; i < shown; ++i) {
       const Prediction& p = all[static_cast<size_t>(i)];
@@ -159,7 +160,7 @@ int run_plan(const MpiRuntime* mpi, const PlanOptions& o) {
     print_breakdown(p);
     return 0;
   }
-  if (o.gpus <= 0) throw UserError("strata plan: give --gpus N (the ranks to plan for), or --explain");
+  if (o.gpus <= 0) throw UserError("strata plan: give --gpus N (the ranks to plan for; with --explain, the ranks the config runs on)");
   if (o.gpus > gpn && o.gpus % gpn != 0)
     throw UserError(fmt::format("--gpus {} is not a multiple of the {} GPUs per node (--gpus-per-node or the "
                                 "profile's gpus_per_node)",

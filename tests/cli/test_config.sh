@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `strata config`: five mistakes reported at once with key paths and exit 2; did-you-mean;
-# the shipped ds_config resolves at world size 8; --set overrides; every shipped config validates.
+# the shipped ds_config resolves at world size 8; --set overrides; the resolved config loads back
+# as itself; every shipped config validates.
 source "$(dirname "$0")/../lib/common.sh"
 
 cat > "$WORK/bad.yaml" <<'YAML'
@@ -53,6 +54,15 @@ run_expect 0 "$STRATA" config "$SRC/configs/quickstart.yaml" --set optimizer.par
 expect_contains "$OUT" "iters: 7"
 run_expect 2 "$STRATA" config "$SRC/configs/quickstart.yaml" --set train.itres=7
 expect_contains "$OUT" "did you mean iters"
+
+# The resolved config loads back as the same config (the derived values are comments), and
+# the stage-3 key it writes at strata's default draws no "changes nothing" note.
+run_expect 0 "$STRATA" config "$SRC/configs/quickstart.yaml" --world-size 2
+printf '%s\n' "$OUT" > "$WORK/resolved.yaml"
+expect_contains "$OUT" "#   dp_size: 2"
+run_expect 0 "$STRATA" config "$WORK/resolved.yaml" --world-size 2
+[ "$OUT" = "$(cat "$WORK/resolved.yaml")" ] || { diff <(echo "$OUT") "$WORK/resolved.yaml"; fail "the resolved config did not load back as itself"; }
+! grep -q "changes nothing" <<<"$OUT" || fail "a note on a key at its default: $OUT"
 
 # Every shipped config validates at 8 ranks (the layouts of all of them divide it).
 for f in "$SRC"/configs/*.yaml "$SRC"/configs/examples/*; do

@@ -97,4 +97,15 @@ tail -n 3 "$WORK/sample.log"
 [ "$RC" -eq 0 ] || fail "SIGTERM while sampling: exit $RC, expected 0"
 [ "$TOOK" -le 20 ] || fail "the stop took $TOOK s"
 complete_checkpoint "$WORK/sample" 1
+
+# 4. The wrapper at its default grace (60 s), a config error on every rank: mpirun would sleep
+# through its kill sequence for 120 s; the wrapper ends it once the ranks have gone.
+mkdir -p "$WORK/tmp"
+t0=$SECONDS
+run_expect 2 env -u STRATA_STOP_GRACE_S TMPDIR="$WORK/tmp" "$LAUNCH" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train \
+  --config "$WORK/sample.yaml" --set zero_optimization.stage=5
+took=$((SECONDS - t0))
+expect_contains "$OUT" "zero_optimization.stage: must be in 0..3, got 5"
+[ "$took" -le 15 ] || fail "a config error under launch/strata-mpirun took $took s to return"
+[ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
 echo ok
