@@ -189,6 +189,13 @@ void check_checkpoint_room(const std::string& root, int64_t step, int keep_last,
                            uint64_t bytes);
 // checkpoint.overwrite: deletes root's complete checkpoints, latest and run.json.
 void clear_checkpoint_dir(const std::string& root);
+// A run resumed at `step` leaves behind its folder's later checkpoints of the same run (a rewind,
+// or a fallback past damaged ones): they move into root/abandoned/, so that keep_last and
+// resume: auto see one line of checkpoints, and `latest` names the resumed checkpoint (removed
+// when that lies elsewhere). For rank 0 at start-up. Returns the moved dirs; UserError when one
+// cannot be moved.
+std::vector<std::string> set_aside_checkpoints_after(const std::string& root, int64_t step, const std::string& run_id,
+                                                     const std::string& resumed_dir);
 
 // Removes the leftovers of interrupted saves (step_*.tmp) in root; returns how many. For rank 0
 // at start-up, before anyone saves: a partial save of full size would otherwise keep a full

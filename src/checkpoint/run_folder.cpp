@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/file_io.h"
@@ -27,6 +29,7 @@ namespace {
 
 constexpr const char* kLockFile = ".lock";
 constexpr const char* kRunFile = "run.json";
+constexpr const char* kAbandonedDir = "abandoned";
 
 std::string host_name() {
   char name[256] = {0};
@@ -165,6 +168,42 @@ void clear_checkpoint_dir(const std::string& root) {
     log_warn("checkpoint.overwrite: deleted the previous run's {} checkpoint(s) and records in {}",
              doomed.size(), root);
   }
+}
+
+// Moves each of `run_id`'s complete checkpoints after `step` (and those saved before run ids)
+// into root/abandoned/, numbering a name already there; `latest` then names `resumed_dir` when it
+// lies in root, else it is removed. Returns the moved dirs' new paths.
+std::vector<std::string> set_aside_checkpoints_after(const std::string& root, int64_t step, const std::string& run_id,
+                                                     const std::string& resumed_dir) {
+  std::vector<std::string> moved;
+  const std::string aside = ckpt::join_path(root, kAbandonedDir);
+  for (const std::string& dir : complete_checkpoints(root)) {
+    if (checkpoint_dir_step(dir) <= step) continue;
+    const std::string lineage = checkpoint_run_id(dir);
+    if (!lineage.empty() && lineage != run_id) continue;  // another run's: the identity check's business
+    std::error_code ec;
+    fs::create_directories(aside, ec);
+    std::string target = ckpt::join_path(aside, fs::path(dir).filename().string());
+    for (int n = 2; ckpt::path_exists(target); ++n)
+      target = ckpt::join_path(aside, fs::path(dir).filename().string() + "." + std::to_string(n));
+    if (!ec) fs::rename(dir, target, ec);
+    if (ec) {
+      throw UserError(fmt::format("checkpoint.dir {}: cannot move {} (a checkpoint after the resumed step {}) into {}: {}",
+                                  root, dir, step, aside, ec.message()));
+    }
+    moved.push_back(target);
+  }
+  if (moved.empty()) return moved;
+  const std::string latest = ckpt::join_path(root, ckpt::kLatestFile);
+  std::error_code same_ec;
+  const bool in_root = fs::equivalent(fs::path(resumed_dir).parent_path(), fs::path(root), same_ec);
+  if (in_root && ckpt::path_exists(resumed_dir)) {
+    ckpt::write_file_atomic(latest, fs::path(resumed_dir).filename().string() + "\n");
+  } else {
+    std::error_code ec;
+    fs::remove(latest, ec);
+  }
+  return moved;
 }
 
 }  // namespace strata

@@ -127,7 +127,8 @@ class Trainer {
   // is none (a fresh start).
   bool resume_newest_sound(std::string* path);
   void prepare_checkpoint_dir();
-  void settle_run_identity(bool resumed, bool from_folder);
+  void settle_run_identity(const std::string& resumed_from, bool from_folder);
+  void set_aside_later_checkpoints(const std::string& root, const std::string& id, const std::string& resumed_from);
   uint64_t checkpoint_bytes();  // collective: every rank's checkpoint files together
   void check_same_start(int64_t step);
   void check_same_data();

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "train/trainer.h"
@@ -39,7 +41,7 @@ void Trainer::start_state() {
     resumed = true;
   }
   if (!resumed) check_same_start(-1);
-  settle_run_identity(resumed, resume == "auto");
+  settle_run_identity(resumed ? resume_path : std::string(), resume == "auto");
   if (resumed) {
     if (!cfg_.model.init_from.empty()) {
       log_info("model.init_from ({}) is not used: the run resumes from a checkpoint", cfg_.model.init_from);
@@ -133,7 +135,7 @@ bool Trainer::resume_newest_sound(std::string* path) {
     }
     if (skipped.size() > 0) {
       if (mpi_.world_rank() == 0) {
-        log_warn("checkpoint.resume auto: resuming from {}, not the newest checkpoint ({} skipped, see above)",
+        log_warn("checkpoint.resume auto: resuming from {} ({} skipped, see above)",
                  candidate, skipped.size());
       }
       metrics_.write({{"type", "resume_fallback"}, {"resumed_from", candidate}, {"skipped", skipped}});
@@ -144,8 +146,9 @@ bool Trainer::resume_newest_sound(std::string* path) {
   if (!candidates.empty()) {
     std::string reasons;
     for (const auto& s : skipped) reasons += "\n  " + s["path"].get<std::string>() + ": " + s["reason"].get<std::string>();
-    throw UserError(fmt::format("checkpoint.resume auto: no checkpoint in {} loads whole and finite:{}\nrepair one "
-                                "and name it in checkpoint.resume, or start over (checkpoint.resume: none with "
+    throw UserError(fmt::format("checkpoint.resume auto: no checkpoint in {} loads whole and finite with this "
+                                "config:{}\nchange the config where they say it differs, repair one and name it in "
+                                "checkpoint.resume, or start over (checkpoint.resume: none with "
                                 "checkpoint.overwrite: true, or another checkpoint.dir)",
                                 dir, reasons),
                     RaisedOn::EveryRank);
@@ -173,7 +176,8 @@ void Trainer::prepare_checkpoint_dir() {
 // checkpoint's. Rank 0 refuses to start a run in a folder that holds another run's checkpoints
 // (unless checkpoint.overwrite, which deletes them), records the run in run.json, and checks
 // that one checkpoint fits; every rank adopts the identity.
-void Trainer::settle_run_identity(bool resumed, bool from_folder) {
+void Trainer::settle_run_identity(const std::string& resumed_from, bool from_folder) {
+  const bool resumed = !resumed_from.empty();
   const std::string& root = cfg_.checkpoint.dir;
   std::string id = resumed ? state_.run_id : std::string();
   agree_on_user_errors(mpi_, "checking checkpoint.dir's run", [&] {
@@ -194,6 +198,7 @@ void Trainer::settle_run_identity(bool resumed, bool from_folder) {
     }
     if (conflict) clear_checkpoint_dir(root);
     if (conflict || folder_run != id) write_folder_run_id(root, id);
+    if (resumed) set_aside_later_checkpoints(root, id, resumed_from);
   });
   mpi_.broadcast(id, 0);
   state_.run_id = id;
@@ -202,6 +207,20 @@ void Trainer::settle_run_identity(bool resumed, bool from_folder) {
   agree_on_user_errors(mpi_, "checking the room for a checkpoint", [&] {
     if (mpi_.world_rank() == 0) check_checkpoint_room(root, state_.step, cfg_.checkpoint.keep_last, id, bytes);
   });
+}
+
+// A rewind (or a fallback past damaged checkpoints) in the run's own folder: its checkpoints
+// after the resumed step move aside, so that keep_last and resume: auto see one line.
+void Trainer::set_aside_later_checkpoints(const std::string& root, const std::string& id,
+                                          const std::string& resumed_from) {
+  const std::vector<std::string> moved = set_aside_checkpoints_after(root, state_.step, id, resumed_from);
+  if (moved.empty()) return;
+  std::string names;
+  for (const std::string& m : moved) names += (names.empty() ? "" : ", ") + std::filesystem::path(m).filename().string();
+  log_warn("checkpoint.dir {}: resuming at step {} leaves this run's {} later checkpoint(s) behind ({}): moved into "
+           "{}/abandoned/, where keep_last and checkpoint.resume: auto do not see them; delete them there when no "
+           "longer needed",
+           root, state_.step, moved.size(), names, root);
 }
 
 uint64_t Trainer::checkpoint_bytes() {

@@ -9,7 +9,9 @@
 #    no stale lock;
 # 4. resume: auto's fallback and keep_last consider only the folder's run: another run's
 #    checkpoint (copied in, at a higher step, with `latest` damaged) is skipped, named, and never
-#    pruned.
+#    pruned;
+# 5. a run resumed from one of its own earlier checkpoints moves the later ones into abandoned/,
+#    so keep_last and resume: auto's fallback follow the new line.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 cfg() {  # cfg NAME DIR [yaml lines...]
@@ -114,4 +116,22 @@ expect_contains "$OUT" "resumed from $WORK/lineage/step_00000004 at step 4"
 [ "$(ls -d "$WORK"/lineage/step_* | wc -l)" -eq 2 ] || fail "keep_last 1: $(ls "$WORK/lineage")"
 [ "$(cat "$WORK/lineage/latest")" = step_00000008 ] || fail "latest: $(cat "$WORK/lineage/latest")"
 echo "lineage: another run's step 10 skipped on resume and kept by keep_last 1"
+
+# 5. A rewind: the run resumed from its own step 2 leaves its steps 4 and 6 behind. They move
+# into abandoned/, latest names step 2; keep_last keeps the new line's newest two; a damaged
+# latest then resumes the new line's newest, not the abandoned step 6.
+cfg rewind "$WORK/rewind"
+sed -i 's|^train: .*|train: {iters: 6, seed: 3}|' "$WORK/rewind.yaml"
+run_expect 0 "$STRATA" train --config "$WORK/rewind.yaml"
+run_expect 0 "$STRATA" train --config "$WORK/rewind.yaml" --set checkpoint.resume="$WORK/rewind/step_00000002" \
+  --set train.iters=5 --set checkpoint.save_interval=1 --set checkpoint.keep_last=2 --set optimizer.params.lr=0.02
+expect_contains "$OUT" "resuming at step 2 leaves this run's 2 later checkpoint(s) behind"
+for moved in step_00000004 step_00000006; do
+  [ -d "$WORK/rewind/abandoned/$moved" ] || fail "abandoned/ lacks $moved: $(ls "$WORK/rewind/abandoned" 2>&1)"
+done
+[ "$(cd "$WORK/rewind" && echo step_*)" = "step_00000004 step_00000005" ] || fail "keep_last 2: $(ls "$WORK/rewind")"
+echo "junk" > "$WORK/rewind/latest"
+run_expect 0 "$STRATA" train --config "$WORK/rewind.yaml" --set train.iters=6
+expect_contains "$OUT" "resumed from $WORK/rewind/step_00000005 at step 5"
+echo "rewind: steps 4 and 6 of the left line moved to abandoned/; the new line resumed at its step 5"
 echo ok
