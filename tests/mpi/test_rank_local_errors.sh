@@ -113,4 +113,12 @@ expect_contains "$OUT" "[rank 1] error: environment variable STRATA_COMM_TIMEOUT
 # 8. An error every rank sees is reported once, and the job ends without an abort.
 mixed true true "$STRATA" train --config "$WORK/missing.yaml"
 [ "$(grep -c "error: config file" <<<"$OUT")" -eq 1 ] || { echo "$OUT" >&2; fail "expected one report"; }
+# 9. Case 7 under launch/strata-mpirun at its default grace (60 s): mpirun would keep the other
+# rank, waiting in a collective, for its whole kill sequence (120 s); the wrapper ends the job
+# 10 s after the failing rank's report.
+t0=$SECONDS
+run_expect 2 timeout 60 env -u STRATA_STOP_GRACE_S "$SRC/launch/strata-mpirun" "${MPI_FLAGS[@]}" -np 2 \
+  "$WORK/per_rank" true "export STRATA_COMM_TIMEOUT_S=abc" "$STRATA" train --config "$WORK/a/cfg.yaml"
+expect_contains "$OUT" "[rank 1] error: environment variable STRATA_COMM_TIMEOUT_S='abc'"
+[ $((SECONDS - t0)) -le 25 ] || fail "a one-rank user error under launch/strata-mpirun took $((SECONDS - t0)) s"
 echo "PASS: rank-local errors end the job with code 2 and the failing rank's message"
