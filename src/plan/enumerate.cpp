@@ -47,7 +47,9 @@ std::vector<std::pair<PipeSchedule, int>> schedules(const Config& cfg, const Pla
     const auto& pl = cfg.parallelism.pipeline;
     return {{pl.schedule, pl.schedule == PipeSchedule::Interleaved ? pl.virtual_stages : 1}};
   }
-  std::vector<std::pair<PipeSchedule, int>> out = {{PipeSchedule::OneFOneB, 1}, {PipeSchedule::GPipe, 1}};
+  // GPipe is not searched: the schedule tables give it 1F1B's bubble with every micro-batch's
+  // activations held, so it is never faster and never smaller (a config's own is kept above).
+  std::vector<std::pair<PipeSchedule, int>> out = {{PipeSchedule::OneFOneB, 1}};
   const int n_layer = *cfg.model.n_layer;
   // Up to 8 chunks per stage: past that the extra sends outweigh the smaller bubble.
   for (int v = 2; v <= 8 && pp * v <= n_layer; ++v) {
@@ -113,21 +115,27 @@ std::vector<Prediction> plan_layouts(const Config& cfg, const HardwareProfile& h
     }
   }
   if (considered) *considered = tried;
-  // Speeds within half a percent are a tie (the model is not that exact): the simpler layout first,
-  // i.e. the lower ZeRO stage, less recompute, no offload, fewer pipeline stages, less memory.
-  const auto speed_class = [](const Prediction& p) { return std::floor(std::log(p.tokens_per_s) / std::log(1.005)); };
+  // Speeds within half a percent of a group's fastest are a tie (the model is not that exact):
+  // the simpler layout first, i.e. the lower ZeRO stage, less recompute, no offload, fewer
+  // pipeline stages, fewer micro-batches per step (the model's one GEMM rate does not credit a
+  // larger micro-batch's better efficiency), less memory. Groups are formed from the fastest
+  // down, so two layouts a hair apart are never split by a fixed step between them.
+  std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (!a.fits) return a.memory.total() < b.memory.total();
+    return a.tokens_per_s > b.tokens_per_s;
+  });
   const auto simplicity = [](const Prediction& p) {
     const Layout& l = p.layout;
     return std::make_tuple(l.zero_stage, static_cast<int>(l.recompute), static_cast<int>(l.offload_optimizer),
-                           static_cast<int>(l.offload_param), l.pp, l.tp, p.memory.total());
+                           static_cast<int>(l.offload_param), l.pp, l.tp, l.grad_accum, p.memory.total());
   };
-  std::stable_sort(out.begin(), out.end(), [&](const Prediction& a, const Prediction& b) {
-    if (a.fits != b.fits) return a.fits;
-    if (!a.fits) return a.memory.total() < b.memory.total();
-    const double ca = speed_class(a), cb = speed_class(b);
-    if (ca != cb) return ca > cb;
-    return simplicity(a) < simplicity(b);
-  });
+  for (auto group = out.begin(); group != out.end() && group->fits;) {
+    const double floor = group->tokens_per_s / 1.005;
+    auto end = std::find_if(group, out.end(), [&](const Prediction& p) { return !p.fits || p.tokens_per_s < floor; });
+    std::stable_sort(group, end, [&](const Prediction& a, const Prediction& b) { return simplicity(a) < simplicity(b); });
+    group = end;
+  }
   return out;
 }
 

@@ -4,6 +4,9 @@
 // explicit pipeline partition, with overlap_comm given and not.
 #include "catch_compat.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "plan/plan.h"
 #include "round_machine.h"
 
@@ -107,4 +110,63 @@ TEST_CASE("a DP group straddling nodes is charged by the node holding the fewest
   const double pp4_eight = predict_layout(pp4, hw, 8).time.dp_comm;
   CHECK(pp4_eight == Approx(predict_layout(pp4, hw, 2).time.dp_comm));
   CHECK(pp4_eight == Approx(50 * predict_layout(pp4, hw, 24).time.dp_comm));  // 2 rails of 10 vs 1000
+}
+
+TEST_CASE("the planner ranks ties within half a percent of the fastest by simplicity, and never lists GPipe") {
+  // A 2-core CPU node (rates as configs/hardware/cpu-2core.yaml measured them), where the
+  // quickstart model's micro-batches differ by a hair: a tie, settled by fewer per step.
+  HardwareProfile hw = round_machine();
+  hw.gpu = false;
+  hw.memory_gib = 23.5;
+  hw.reserved_gib = 1;
+  hw.memory_bandwidth_gbs = hw.host_memory_bandwidth_gbs = hw.host_link_gbs = 24.2;
+  hw.peak_tflops_16bit = hw.peak_tflops_fp32 = 0.37;
+  hw.gemm_efficiency = 0.87;
+  hw.attention_efficiency = 0.094;
+  hw.memory_efficiency = 0.12;
+  hw.op_overhead_us = 0.15;
+  hw.gpus_per_node = 2;
+  hw.intra_node = hw.inter_node = {3.05, 0.82};
+  const Config base = load_config_text(R"(
+train_micro_batch_size_per_gpu: 16
+model: {n_layer: 4, n_head: 4, d_model: 128, vocab_size: 256, seq_len: 128}
+data: {train: /nonexistent/*.bin}
+)",
+                                       {}, 2, "quickstart");
+  PlanRequest req;
+  req.gpus = 2;
+  const std::vector<Prediction> all = plan_layouts(base, hw, req);
+  REQUIRE(all.size() > 20);
+  size_t fitting = 0;
+  for (const Prediction& p : all) {
+    CHECK(p.layout.schedule != PipeSchedule::GPipe);  // 1F1B's bubble with more memory: never better
+    if (p.fits) ++fitting;
+  }
+  REQUIRE(fitting > 20);
+  // Groups from the fastest down: each layout is within 0.5% of every one ranked before it, or
+  // slower than all of them, and ties go to the simpler layout.
+  for (size_t i = 0; i < fitting; ++i) {
+    for (size_t j = i + 1; j < fitting; ++j) {
+      INFO(describe_layout(all[i].layout) << " before " << describe_layout(all[j].layout));
+      CHECK(all[j].tokens_per_s <= all[i].tokens_per_s * 1.005);
+    }
+  }
+  // Within the fastest group, layouts that differ only in the micro-batch come with the fewest
+  // micro-batches per step first; and there are such ties to settle.
+  double fastest = 0;
+  for (size_t i = 0; i < fitting; ++i) fastest = std::max(fastest, all[i].tokens_per_s);
+  const double floor = fastest / 1.005;
+  const auto same_but_micro_batch = [](const Layout& a, const Layout& b) {
+    return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.sp == b.sp && a.schedule == b.schedule &&
+           a.virtual_stages == b.virtual_stages && a.zero_stage == b.zero_stage && a.recompute == b.recompute;
+  };
+  int settled = 0;
+  for (size_t i = 0; i < fitting && all[i].tokens_per_s >= floor; ++i) {
+    for (size_t j = i + 1; j < fitting && all[j].tokens_per_s >= floor; ++j) {
+      if (!same_but_micro_batch(all[i].layout, all[j].layout)) continue;
+      CHECK(all[i].layout.grad_accum < all[j].layout.grad_accum);
+      ++settled;
+    }
+  }
+  CHECK(settled > 0);
 }
