@@ -5,8 +5,9 @@
 # Usage: launch/mpirun.sh [options] -- strata train --config gpt.yaml [...]
 #   --hosts H1,H2,...    nodes to run on (default: this machine)
 #   --hostfile FILE      an Open MPI hostfile instead (see launch/hostfile.example)
-#   --ranks-per-node K   ranks on each node (default: 1 per GPU of this machine, else 1)
-#   --np N               ranks in all (default: K × the number of nodes)
+#   --ranks-per-node K   ranks on each node (default: the hostfile's slots when every node gives
+#                        the same, else 1 per GPU of this machine, else 1)
+#   --np N               ranks in all, at most K × the number of nodes (default: that)
 #   --bind core|none     bind each rank to cores (default core; with GPUs each rank then takes
 #                        GPU local_rank mod GPUs, as strata does by itself)
 #   --iface NAME         the TCP interface between nodes (e.g. eth0, ib0): Open MPI's TCP
@@ -23,19 +24,29 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 die() { echo "launch/mpirun.sh: $*" >&2; exit 2; }
 hosts="" hostfile="" per_node="" np="" bind=core iface="" dry=0
 envs=() passthrough=()
+# value OPTION [WORD]: OPTION's value, refused when missing or itself an option ("--iface
+# --dry-run" must not launch a job); --mpirun-arg alone takes words that start with "-".
+value() {
+  if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi
+  [ "$1" = --mpirun-arg ] || [[ "$2" != -* ]] || die "$1 needs a value, not the option '$2'"
+  printf '%s' "$2"
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --hosts) hosts="${2:?}"; shift 2 ;;
-    --hostfile) hostfile="${2:?}"; shift 2 ;;
-    --ranks-per-node) per_node="${2:?}"; shift 2 ;;
-    --np) np="${2:?}"; shift 2 ;;
-    --bind) bind="${2:?}"; shift 2 ;;
-    --iface) iface="${2:?}"; shift 2 ;;
-    --env) envs+=("${2:?}"); shift 2 ;;
-    --mpirun-arg) passthrough+=("${2:?}"); shift 2 ;;
+    --hosts) hosts="$(value "$@")"; shift 2 ;;
+    --hostfile) hostfile="$(value "$@")"; shift 2 ;;
+    --ranks-per-node) per_node="$(value "$@")"; shift 2 ;;
+    --np) np="$(value "$@")"; shift 2 ;;
+    --bind) bind="$(value "$@")"; shift 2 ;;
+    --iface) iface="$(value "$@")"; shift 2 ;;
+    --env)
+      envs+=("$(value "$@")")
+      [[ "${envs[-1]}" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "--env: '${envs[-1]}' is not a variable name"
+      shift 2 ;;
+    --mpirun-arg) passthrough+=("$(value "$@")"); shift 2 ;;
     --dry-run) dry=1; shift ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown option '$1' (the command goes after --; see --help)" ;;
   esac
 done
@@ -43,6 +54,16 @@ done
 [ -z "$hosts" ] || [ -z "$hostfile" ] || die "give --hosts or --hostfile, not both"
 [ -z "$hostfile" ] || [ -f "$hostfile" ] || die "--hostfile: '$hostfile' is not a file"
 case "$bind" in core | none) ;; *) die "--bind: '$bind' is not core or none" ;; esac
+if [ -z "$per_node" ] && [ -n "$hostfile" ]; then
+  # The hostfile's slots, when every node gives the same number (ranks are placed K per node).
+  slots=$(grep -vE '^[[:space:]]*(#|$)' "$hostfile" | sed -n 's/.*[[:space:]]slots=\([0-9]*\).*/\1/p' | sort -u)
+  listed=$(grep -cvE '^[[:space:]]*(#|$)' "$hostfile" || true)
+  with_slots=$(grep -vE '^[[:space:]]*(#|$)' "$hostfile" | grep -c '[[:space:]]slots=' || true)
+  if [ -n "$slots" ] && [ "$with_slots" -eq "$listed" ]; then
+    [ "$(wc -l <<<"$slots")" -eq 1 ] || die "--hostfile: its nodes give different slots ($(tr '\n' ' ' <<<"$slots")); give --ranks-per-node"
+    per_node="$slots"
+  fi
+fi
 if [ -z "$per_node" ]; then
   gpus=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)
   per_node=$((gpus > 0 ? gpus : 1))
@@ -54,6 +75,7 @@ args=()
 if [ -n "$hosts" ]; then
   IFS=, read -r -a host_list <<<"$hosts"
   nodes=${#host_list[@]}
+  for h in "${host_list[@]}"; do [ -n "$h" ] || die "--hosts: '$hosts' has an empty name"; done
   spec=""
   for h in "${host_list[@]}"; do spec="${spec:+$spec,}$h:$per_node"; done
   args+=(--host "$spec")
@@ -63,6 +85,8 @@ elif [ -n "$hostfile" ]; then
 fi
 np="${np:-$((nodes * per_node))}"
 [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "--np: '$np' is not a positive number"
+[ "$np" -le $((nodes * per_node)) ] ||
+  die "--np $np is more than $per_node rank(s) per node × $nodes node(s); raise --ranks-per-node or add nodes"
 args+=(-np "$np" --map-by "ppr:$per_node:node")
 if [ "$bind" = core ]; then args+=(--bind-to core); else args+=(--bind-to none); fi
 if [ -n "$iface" ]; then

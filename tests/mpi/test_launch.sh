@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # launch/mpirun.sh: prints the mpirun command it runs (hosts with their slots, ranks per node,
-# binding, the TCP interface, the exported environment, passed-through flags) and refuses bad
-# options with exit 2; a 2-rank run through it on this machine trains exactly like plain mpirun.
+# binding, the TCP interface, the exported environment, passed-through flags; ranks per node from
+# a hostfile's slots) and refuses bad options with exit 2 (an option where a value belongs, a bad
+# variable name, an empty host, more ranks than the nodes hold); a 2-rank run through it on this machine trains exactly like plain mpirun.
 source "$(dirname "$0")/../lib/common.sh"
 launch="$SRC/launch/mpirun.sh"
 make_text_data "$WORK/data"
@@ -29,6 +30,22 @@ run_expect 2 "$launch" --bind socket -- strata train
 expect_contains "$OUT" "--bind: 'socket' is not core or none"
 run_expect 2 "$launch" --np 2
 expect_contains "$OUT" "no command: give it after --"
+# An option where a value belongs is refused, never launched with (--dry-run taken as a value).
+run_expect 2 "$launch" --iface --dry-run -- echo launched
+expect_contains "$OUT" "--iface needs a value, not the option '--dry-run'"
+! grep -q launched <<<"$OUT" || fail "the command ran"
+run_expect 2 "$launch" --env BAD-NAME --dry-run -- strata train
+expect_contains "$OUT" "--env: 'BAD-NAME' is not a variable name"
+run_expect 2 "$launch" --hosts a,,b --dry-run -- strata train
+expect_contains "$OUT" "--hosts: 'a,,b' has an empty name"
+run_expect 2 "$launch" --hosts a,b --ranks-per-node 2 --np 6 --dry-run -- strata train
+expect_contains "$OUT" "--np 6 is more than 2 rank(s) per node × 2 node(s)"
+# Without --ranks-per-node, the hostfile's slots (when every node gives the same) place the ranks.
+run_expect 0 "$launch" --hostfile "$WORK/hosts" --dry-run -- strata train
+expect_contains "$OUT" "--hostfile $WORK/hosts -np 4 --map-by ppr:2:node"
+printf 'a slots=2\nb slots=4\n' > "$WORK/uneven"
+run_expect 2 "$launch" --hostfile "$WORK/uneven" --dry-run -- strata train
+expect_contains "$OUT" "its nodes give different slots"
 
 # The same 2-rank run through the launcher and through plain mpirun.
 run_expect 0 "$launch" --hosts localhost --ranks-per-node 2 --bind none --mpirun-arg --oversubscribe -- \
