@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -185,6 +186,12 @@ void check_gradient_scaling(const Config& c, Problems& p) {
 // offloads at stages 1-3 too).
 void check_offload(const Config& c, Problems& p) {
   const ZeroConfig& z = c.zero_optimization;
+  for (const auto& [section, offload] : {std::pair<const char*, const OffloadConfig*>{"offload_optimizer", &z.offload_optimizer},
+                                         {"offload_param", &z.offload_param}}) {
+    if (offload->device == OffloadDevice::Nvme && offload->nvme_path.empty())
+      p.add(fmt::format("zero_optimization.{}.nvme_path", section),
+            "is empty, but device nvme keeps the state in a file there: give the directory (a local NVMe's mount)");
+  }
   if (z.offload_optimizer.device != OffloadDevice::None && z.stage == 0)
     p.add("zero_optimization.offload_optimizer.device",
           fmt::format("{} needs ZeRO stage 1, 2 or 3 (the optimizer state offloaded is each rank's shard of it); set "

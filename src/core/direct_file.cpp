@@ -19,7 +19,13 @@
 namespace strata {
 namespace {
 
-std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+// Bytes in the unit that shows them: a small file system's numbers are not all "0.00 GiB".
+std::string readable(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", b / (1 << 20));
+  return fmt::format("{:.1f} KiB", b / 1024);
+}
 
 // Transfers all `bytes` at `offset`, resuming after short transfers and interrupts.
 void transfer(int fd, const std::string& path, bool writing, int64_t offset, char* buffer, size_t bytes) {
@@ -49,18 +55,19 @@ AlignedBuffer allocate_aligned(size_t bytes) {
   return AlignedBuffer(static_cast<char*>(p));
 }
 
-DirectFile::DirectFile(const std::string& dir, const std::string& what, int64_t bytes) {
+DirectFile::DirectFile(const std::string& dir, const std::string& what, int64_t bytes, const std::string& setting) {
   struct stat st {};
   if (dir.empty() || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw UserError(fmt::format("nvme_path '{}' is not a directory{}", dir,
-                                dir.empty() ? " (set nvme_path in the offload section)" : ""));
+    throw UserError(fmt::format("{} '{}' is not a directory: create it, or give a directory on a local disk", setting,
+                                dir));
   path_ = fmt::format("{}/strata-{}-{}.swp", dir, what, static_cast<long>(::getpid()));
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
   if (fd_ < 0 && errno == EINVAL)
-    throw UserError(fmt::format("nvme_path '{}': its file system does not support O_DIRECT, which offloading to "
-                                "nvme reads and writes with; use a directory on a local disk",
-                                dir));
-  if (fd_ < 0) throw UserError(fmt::format("nvme_path '{}': cannot create {}: {}", dir, path_, std::strerror(errno)));
+    throw UserError(fmt::format("{} '{}': its file system does not support O_DIRECT, which offloading to nvme reads "
+                                "and writes with; use a directory on a local disk",
+                                setting, dir));
+  if (fd_ < 0)
+    throw UserError(fmt::format("{} '{}': cannot create {}: {}", setting, dir, path_, std::strerror(errno)));
   ::unlink(path_.c_str());  // the name goes now; the file lives while it is open
   struct statvfs fs {};
   const int64_t free_bytes =
@@ -69,8 +76,8 @@ DirectFile::DirectFile(const std::string& dir, const std::string& what, int64_t 
   if (reserved != 0) {
     ::close(fd_);
     fd_ = -1;
-    throw UserError(fmt::format("nvme_path '{}': cannot reserve {} for the offloaded {} ({} free): {}", dir,
-                                gib(bytes), what, free_bytes >= 0 ? gib(free_bytes) : std::string("unknown"),
+    throw UserError(fmt::format("{} '{}': cannot reserve {} for the offloaded {} ({} free): {}", setting, dir,
+                                readable(bytes), what, free_bytes >= 0 ? readable(free_bytes) : std::string("unknown"),
                                 std::strerror(reserved)));
   }
 }

@@ -25,8 +25,9 @@ class DirectFile {
   // in directory `dir`, named after `what` and this process, and removes its name at once:
   // the file lives while it is open, so nothing is left behind however the process ends, and no
   // earlier run's file is ever read. A missing or unwritable directory, a file system without
-  // O_DIRECT, or too little free space: UserError naming the path and the numbers.
-  DirectFile(const std::string& dir, const std::string& what, int64_t bytes);
+  // O_DIRECT, or too little free space: UserError naming `setting` (the config key or option
+  // that gave `dir`), the path and the numbers.
+  DirectFile(const std::string& dir, const std::string& what, int64_t bytes, const std::string& setting = "nvme_path");
   ~DirectFile();
   DirectFile(const DirectFile&) = delete;
   DirectFile& operator=(const DirectFile&) = delete;

@@ -53,7 +53,8 @@ void HostOptimizerState::open_files() {
     files_->offset.push_back(total);
     total += static_cast<int64_t>(files_->record_bytes(p.numel()));
   }
-  files_->file = std::make_unique<DirectFile>(settings_.nvme_path, "optimizer", total);
+  files_->file = std::make_unique<DirectFile>(settings_.nvme_path, "optimizer", total,
+                                               "zero_optimization.offload_optimizer.nvme_path");
   const int64_t piece = offload_staging_elements(shard_numel_, settings_.max_piece);
   for (int k = 0; k < std::max(2, settings_.buffer_count); ++k) {
     files_->ring.push_back(allocate_aligned(files_->record_bytes(piece)));

@@ -37,7 +37,7 @@ ParamFile::ParamFile(Backend& backend, const std::string& dir, int buffer_count,
     largest = std::max(largest, u.piece);
   }
   shard_bytes_ = total;
-  file_ = std::make_unique<DirectFile>(dir, "parameters", total);
+  file_ = std::make_unique<DirectFile>(dir, "parameters", total, "zero_optimization.offload_param.nvme_path");
   const size_t bytes = static_cast<size_t>(buffer_bytes(largest, work)) + kDirectAlign;
   slots_.resize(static_cast<size_t>(std::max(3, buffer_count)));
   for (Slot& s : slots_) {

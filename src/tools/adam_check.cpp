@@ -113,7 +113,7 @@ double best_seconds(int rounds, Fn fn) {
 // 12 MiB records, up to three requests in flight.
 std::pair<double, double> time_direct_io(const std::string& dir, int64_t bytes) {
   const int64_t record = int64_t{12} << 20, records = std::max<int64_t>(1, bytes / record);
-  DirectFile file(dir, "adam-check", records * record);
+  DirectFile file(dir, "adam-check", records * record, "--nvme-path");
   std::vector<AlignedBuffer> ring;
   for (int k = 0; k < 4; ++k) ring.push_back(allocate_aligned(static_cast<size_t>(record)));
   double gbs[2] = {0, 0};

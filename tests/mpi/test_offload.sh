@@ -220,6 +220,9 @@ PY
 write_small_config "$WORK/bad.yaml" "$WORK/data"
 run_expect 2 "$STRATA" config "$WORK/bad.yaml" --set zero_optimization.offload_optimizer.device=cpu
 expect_contains "$OUT" "zero_optimization.offload_optimizer.device: cpu needs ZeRO stage 1, 2 or 3"
+run_expect 2 "$STRATA" config "$WORK/bad.yaml" --set zero_optimization.stage=1 \
+  --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path=
+expect_contains "$OUT" "zero_optimization.offload_optimizer.nvme_path: is empty, but device nvme keeps the state in a file"
 run_expect 2 "$STRATA" train --config "$WORK/bad.yaml" --set zero_optimization.stage=1 \
   --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path="$WORK/none"
 expect_contains "$OUT" "nvme_path '$WORK/none' is not a directory"
@@ -231,12 +234,12 @@ if ! touch "$WORK/nvme/x" 2>/dev/null; then  # (root writes anywhere)
 fi
 rm -f "$WORK/nvme/x"
 chmod 700 "$WORK/nvme"
-# A file that cannot be reserved (here 0.28 GiB under a file-size limit of 64 MiB, which MPI's
+# A file that cannot be reserved (here 290 MiB under a file-size limit of 64 MiB, which MPI's
 # own shared segments stay under; a full disk says the same, with the space free).
 run_expect 2 bash -c "ulimit -f 65536; exec \"$STRATA\" train --config \"$WORK/bad.yaml\" --set zero_optimization.stage=1 \
   --set model.n_layer=8 --set model.d_model=512 --set model.n_head=8 --set zero_optimization.offload_optimizer.device=nvme \
   --set zero_optimization.offload_optimizer.nvme_path=\"$WORK/nvme\""
-expect_contains "$OUT" "nvme_path '$WORK/nvme': cannot reserve 0.28 GiB for the offloaded optimizer"
+expect_contains "$OUT" "zero_optimization.offload_optimizer.nvme_path '$WORK/nvme': cannot reserve 290.3 MiB for the offloaded optimizer"
 # A file system without O_DIRECT (tmpfs before Linux 6.6, some network file systems) answers such
 # an open with EINVAL; the file systems at hand all accept it, so a preloaded shim answers so.
 cat >"$WORK/no_direct.c" <<'C'
