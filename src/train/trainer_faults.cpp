@@ -14,7 +14,17 @@ std::string Trainer::nonfinite_advice() const {
   std::string advice = fmt::format("lower the learning rate (optimizer.params.lr is {:g})", cfg_.optimizer.params.lr);
   if (cfg_.gradient_clipping <= 0.0) advice += " or enable gradient_clipping (e.g. 1.0)";
   if (engine_.precision() == DType::F16) {
-    advice += "; fp16 overflowed even at its lowest loss scale: bf16.enabled: true has fp32's range";
+    // What fp16 can say depends on its scale: fixed by the config, at its floor, or still above
+    // it (then the loss or the state itself was not finite, whatever the scale).
+    const auto& fp16 = cfg_.fp16;
+    if (fp16.loss_scale > 0) {
+      advice += fmt::format("; fp16.loss_scale {:g} is fixed: 0 lets the scale fall when gradients overflow",
+                            fp16.loss_scale);
+    } else if (engine_.loss_scale() <= fp16.min_loss_scale) {
+      advice += fmt::format("; fp16 overflowed even at its lowest loss scale (fp16.min_loss_scale {:g})",
+                            fp16.min_loss_scale);
+    }
+    advice += "; bf16.enabled: true has fp32's range";
   }
   const std::string resume = last_saved_step_ >= 0
                                  ? fmt::format(", then resume from the checkpoint of step {} (it is finite)",

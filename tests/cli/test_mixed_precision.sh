@@ -39,6 +39,8 @@ expect_contains "$OUT" "fp16 overflow at step 1: loss scale 67108864 → 3355443
 run_expect 1 "$STRATA" train --config "$WORK/fp32.yaml" --set fp16.enabled=true --set fp16.loss_scale=1e30 \
   --set train.iters=40 --set logging.metrics_file="$WORK/static.jsonl"
 expect_contains "$OUT" "4 steps in a row had a non-finite gradient (more than train.max_nonfinite_steps 3)"
+expect_contains "$OUT" "fp16.loss_scale 1e+30 is fixed: 0 lets the scale fall when gradients overflow"
+! grep -q "lowest loss scale" <<<"$OUT" || fail "a fixed scale was called the lowest"
 
 # Resume: the same runs interrupted after a checkpoint and resumed must repeat every loss.
 resume_pair() {
