@@ -129,6 +129,38 @@ void add_plan_command(CLI::App& app, Commands& c) {
   c.plan->add_option("--out", o.calibrate_out, "The profile --calibrate writes");
 }
 
+// strata data encode --input FILE... --out DIR [--val-fraction F]; strata data decode ...
+void add_data_commands(CLI::App& app, Commands& c) {
+  auto* data = app.add_subcommand("data", "Prepare token shards");
+  data->require_subcommand(1);
+  c.encode = data->add_subcommand("encode", "Encode text files into token shards (bytes, or GPT-2 BPE with --tokenizer)");
+  c.encode->add_option("--input", c.encode_options.inputs, "Text files")->required()->expected(1, -1);
+  c.encode->add_option("--out", c.encode_options.out_dir, "Output directory")->required();
+  c.encode->add_option("--val-fraction", c.encode_options.val_fraction, "Fraction of tokens (the tail) for validation")
+      ->check(CLI::Range(0.0, 0.5));
+  c.encode->add_option("--shard-tokens", c.encode_options.shard_tokens, "Most tokens per shard (default 1e8)")
+      ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  c.encode->add_option("--tokenizer", c.encode_options.tokenizer,
+                       "GPT-2 BPE: tokenizer.json, vocab.json (merges.txt beside it), their folder, or a tiktoken file");
+  c.encode->add_option("--split-on", c.encode_options.document_delimiter,
+                       "Split each file into documents at this text (\\n, \\r, \\t, \\\\ as escapes); default: a file is a document")
+      ->transform([](std::string text) {
+        try {
+          return strata::unescape_delimiter(text);
+        } catch (const strata::UserError& e) {
+          throw CLI::ValidationError(e.what());  // reported by the parser, exit 2
+        }
+      });
+  c.encode->add_option("--threads", c.encode_options.threads, "Encoding threads (default: every core)")
+      ->check(CLI::NonNegativeNumber);
+  // strata data decode --tokenizer PATH --input GLOB [--out FILE]
+  c.decode = data->add_subcommand("decode", "Write token shards back as text with a GPT-2 BPE tokenizer");
+  c.decode->add_option("--input", c.decode_input, "Token shards (a glob, in file-name order)")->required();
+  c.decode->add_option("--tokenizer", c.decode_tokenizer, "tokenizer.json, vocab.json, their folder, or a tiktoken file")
+      ->required();
+  c.decode->add_option("--out", c.decode_out, "Output file (default: standard output)");
+}
+
 void add_commands(CLI::App& app, Commands& c) {
   // strata config CONFIG [--world-size N] [--set k=v]...
   c.config = app.add_subcommand("config", "Validate a config and print it resolved, with derived values");
@@ -179,29 +211,7 @@ void add_commands(CLI::App& app, Commands& c) {
 
   add_plan_command(app, c);
 
-  // strata data encode --input FILE... --out DIR [--val-fraction F]
-  auto* data = app.add_subcommand("data", "Prepare token shards");
-  data->require_subcommand(1);
-  c.encode = data->add_subcommand("encode", "Encode text files into token shards (bytes, or GPT-2 BPE with --tokenizer)");
-  c.encode->add_option("--input", c.encode_options.inputs, "Text files")->required()->expected(1, -1);
-  c.encode->add_option("--out", c.encode_options.out_dir, "Output directory")->required();
-  c.encode->add_option("--val-fraction", c.encode_options.val_fraction, "Fraction of tokens (the tail) for validation")
-      ->check(CLI::Range(0.0, 0.5));
-  c.encode->add_option("--shard-tokens", c.encode_options.shard_tokens, "Most tokens per shard (default 1e8)")
-      ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
-  c.encode->add_option("--tokenizer", c.encode_options.tokenizer,
-                       "GPT-2 BPE: tokenizer.json, vocab.json (merges.txt beside it), their folder, or a tiktoken file");
-  c.encode->add_option("--split-on", c.encode_options.document_delimiter,
-                       "Split each file into documents at this text (\\n and \\t as escapes); default: a file is a document")
-      ->transform([](std::string text) { return strata::unescape_delimiter(text); });
-  c.encode->add_option("--threads", c.encode_options.threads, "Encoding threads (default: every core)")
-      ->check(CLI::NonNegativeNumber);
-  // strata data decode --tokenizer PATH --input GLOB [--out FILE]
-  c.decode = data->add_subcommand("decode", "Write token shards back as text with a GPT-2 BPE tokenizer");
-  c.decode->add_option("--input", c.decode_input, "Token shards (a glob, in file-name order)")->required();
-  c.decode->add_option("--tokenizer", c.decode_tokenizer, "tokenizer.json, vocab.json, their folder, or a tiktoken file")
-      ->required();
-  c.decode->add_option("--out", c.decode_out, "Output file (default: standard output)");
+  add_data_commands(app, c);
 
   // strata export --checkpoint DIR --out DIR
   c.export_hf = app.add_subcommand("export", "Write a checkpoint as a HuggingFace GPT-2 folder");

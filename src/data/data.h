@@ -312,7 +312,8 @@ struct EncodeSummary {
   std::vector<std::string> val_shards;  // empty when val_fraction is 0
 };
 
-// --split-on's text with the escapes \n, \t and \\ turned into newline, tab and backslash.
+// --split-on's text with the escapes \n, \r, \t and \\ turned into newline, carriage return, tab
+// and backslash; UserError for any other backslash.
 std::string unescape_delimiter(const std::string& text);
 
 // Joins the input files with a newline between files and byte-encodes them, or, with a tokenizer,

@@ -149,6 +149,9 @@ std::string read_inputs(const EncodeOptions& options, std::vector<size_t>& start
     }
     std::string file;
     append_file(options.inputs[i], file);
+    if (file.find(delimiter) == std::string::npos && file.size() > delimiter.size()) {
+      log_warn("data encode: --split-on does not occur in {}: the whole file is one document", options.inputs[i]);
+    }
     // The delimiters themselves are dropped: end-of-text tokens join the documents instead.
     for (size_t doc = 0; doc < file.size();) {
       const size_t at = std::min(file.find(delimiter, doc), file.size());
@@ -167,13 +170,23 @@ std::string read_inputs(const EncodeOptions& options, std::vector<size_t>& start
 std::string unescape_delimiter(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
-    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
-    if (text[i] == '\\' && (next == 'n' || next == 't' || next == '\\')) {
-      out.push_back(next == 'n' ? '\n' : next == 't' ? '\t' : '\\');
-      ++i;
-    } else {
+    if (text[i] != '\\') {
       out.push_back(text[i]);
+      continue;
     }
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    switch (next) {
+      case 'n': out.push_back('\n'); break;
+      case 'r': out.push_back('\r'); break;
+      case 't': out.push_back('\t'); break;
+      case '\\': out.push_back('\\'); break;
+      default:
+        // A backslash taken as itself would make '\x' or a mistyped escape a separator that
+        // never occurs, and the whole file one document.
+        throw UserError(fmt::format("'\\{}' in '{}' is not an escape it knows (\\n, \\r, \\t, \\\\)",
+                                    next == '\0' ? std::string() : std::string(1, next), text));
+    }
+    ++i;
   }
   return out;
 }

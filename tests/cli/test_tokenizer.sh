@@ -83,6 +83,18 @@ printf 'doc one\n\n\n\ndoc two\n\ndoc three' >"$WORK/d2.txt"
 run_expect 0 "$STRATA" data encode --tokenizer "$WORK/vocab/ranks.tiktoken" --input "$WORK/d1.txt" "$WORK/d2.txt" \
   --out "$WORK/docs" --split-on '\n\n' --val-fraction 0
 expect_contains "$OUT" "4 document(s)"
+# Windows line endings: \r is an escape; an unknown escape is refused; a delimiter a file lacks
+# leaves it one document, with a warning.
+printf 'A\r\n\r\nB\r\n\r\nC' >"$WORK/crlf.txt"
+run_expect 0 "$STRATA" data encode --tokenizer "$WORK/vocab/ranks.tiktoken" --input "$WORK/crlf.txt" \
+  --out "$WORK/crlf" --split-on '\r\n\r\n' --val-fraction 0
+expect_contains "$OUT" "3 document(s)"
+run_expect 2 "$STRATA" data encode --tokenizer "$WORK/vocab/ranks.tiktoken" --input "$WORK/crlf.txt" \
+  --out "$WORK/crlf" --split-on '\x'
+expect_contains "$OUT" "'\\x' in '\\x' is not an escape it knows"
+run_expect 0 "$STRATA" data encode --tokenizer "$WORK/vocab/ranks.tiktoken" --input "$WORK/crlf.txt" \
+  --out "$WORK/crlf" --split-on '\n\n' --val-fraction 0
+expect_contains "$OUT" "--split-on does not occur in $WORK/crlf.txt: the whole file is one document"
 "$PY" - "$WORK/vocab" "$WORK/want_docs" "$eot" <<PY
 import sys
 sys.path.insert(0, "$SRC/tests/lib")
