@@ -358,6 +358,28 @@ void check_data_sources(const std::vector<DataSource>& sources, Problems& p) {
   }
 }
 
+// Samples start from byte-level text: a vocabulary smaller than the 256 bytes cannot hold the
+// start token and a prompt; in a larger one a text prompt needs the tokenizer to mean anything.
+void check_sampling(const Config& c, Problems& p) {
+  constexpr int kBytes = 256;
+  const LoggingConfig& l = c.logging;
+  if (l.sample_interval <= 0) return;
+  const int vocab = c.model.vocab_size;
+  if (vocab < kBytes) {
+    p.add("logging.sample_interval",
+          fmt::format("samples start from byte-level text, which needs model.vocab_size 256 or more (this model has "
+                      "{}); set logging.sample_interval: 0",
+                      vocab));
+  } else if (!l.sample_prompt.empty() && vocab > kBytes && c.data.tokenizer.empty()) {
+    p.add("logging.sample_prompt",
+          fmt::format("a text prompt in a vocabulary of {} needs data.tokenizer to encode it (a GPT-2 BPE "
+                      "tokenizer.json, vocab.json + merges.txt, or tiktoken file); without one strata encodes text "
+                      "byte by byte, which only model.vocab_size 256 reads. Or leave the prompt empty to sample token "
+                      "ids from the end-of-text id",
+                      vocab));
+  }
+}
+
 void check_loop(const Config& c, Problems& p) {
   check_data_sources(c.data.train, p);
   for (const char* key : {"gradient_clipping", "steps_per_print", "flops_profiler", "activation_checkpointing", "train",
@@ -369,6 +391,7 @@ void check_loop(const Config& c, Problems& p) {
   if (k.resume.empty()) p.add("checkpoint.resume", "must be auto, none or the path of a checkpoint");
   if (k.dir.empty() && (k.save_interval > 0 || k.save_initial))
     p.add("checkpoint.dir", "save_interval/save_initial need a directory to save into; set checkpoint.dir");
+  check_sampling(c, p);
 }
 
 // ---- Not supported yet -------------------------------------------------------------------

@@ -167,23 +167,7 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads) {
                                 cfg.zero_optimization.stage));
   }
   if (cfg.data.train.empty()) throw UserError("data.train: required to train (a glob of token shards, e.g. data/kjv/train_*.bin)");
-  // A smaller vocabulary cannot hold the byte-level start token and prompt (a larger one samples ids).
-  if (cfg.logging.sample_interval > 0 && cfg.model.vocab_size < kByteVocabSize) {
-    throw UserError(fmt::format(
-        "logging.sample_interval: samples start from byte-level text, which needs model.vocab_size 256 or more "
-        "(this model has {}); set logging.sample_interval: 0",
-        cfg.model.vocab_size));
-  }
-  // Without a tokenizer a text prompt is encoded byte by byte: in a larger vocabulary its ids would
-  // mean other tokens.
-  if (cfg.logging.sample_interval > 0 && !cfg.logging.sample_prompt.empty() && cfg.model.vocab_size > kByteVocabSize &&
-      cfg.data.tokenizer.empty()) {
-    throw UserError(fmt::format("logging.sample_prompt: a text prompt in a vocabulary of {} needs data.tokenizer to "
-                                "encode it (a GPT-2 BPE tokenizer.json, vocab.json + merges.txt, or tiktoken file); "
-                                "without one strata encodes text byte by byte, which only model.vocab_size 256 "
-                                "reads. Or leave the prompt empty to sample token ids from the end-of-text id",
-                                cfg.model.vocab_size));
-  }
+  // The sampling rules (vocabulary, prompt and tokenizer) are the config's: validate_config.
 }
 
 }  // namespace strata

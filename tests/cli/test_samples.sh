@@ -46,4 +46,9 @@ run_expect 2 "$STRATA" train --config "$WORK/s.yaml" --set data.tokenizer="$WORK
 expect_contains "$OUT" "data.tokenizer: $WORK/tok.tiktoken (tiktoken ranks) has 260 token ids, more than model.vocab_size 256"
 run_expect 2 "$STRATA" train --config "$WORK/s.yaml" --set model.vocab_size=200
 expect_contains "$OUT" "logging.sample_interval: samples start from byte-level text, which needs model.vocab_size 256 or more (this model has 200)"
+# The config's rules: `strata config` refuses what `strata train` would.
+run_expect 2 "$STRATA" config "$WORK/s.yaml" --set model.vocab_size=200
+expect_contains "$OUT" "logging.sample_interval: samples start from byte-level text"
+run_expect 2 "$STRATA" config "$WORK/s.yaml" --set model.vocab_size=300
+expect_contains "$OUT" "logging.sample_prompt: a text prompt in a vocabulary of 300 needs data.tokenizer"
 echo ok

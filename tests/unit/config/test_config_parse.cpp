@@ -75,7 +75,7 @@ parallelism:
   pipeline_model_parallel_size: 1
   sequence_parallel: false
   pipeline: {schedule: 1f1b, virtual_stages: 1, partition: uniform}
-data: {train: "shards/train_*.bin", val: "shards/val_*.bin", shuffle: true}
+data: {train: "shards/train_*.bin", val: "shards/val_*.bin", shuffle: true, tokenizer: tok/tokenizer.json}
 train: {iters: 50, eval_interval: 10, eval_iters: 3, seed: 7}
 checkpoint: {dir: ck, save_interval: 25, save_initial: true, keep_last: 2, resume: none}
 logging: {metrics_file: m.jsonl, sample_interval: 5, sample_tokens: 40, sample_prompt: "In the"}
