@@ -151,11 +151,10 @@ bool Trainer::sample(int64_t step) {
     return false;
   }
   if (tokenizer != nullptr || cfg_.model.vocab_size <= kByteVocabSize) {
-    // Without a prompt a byte-level sample starts after a newline, which the text shows (a
-    // tokenizer's starts after the end-of-text token, which shows nothing).
-    const std::string text =
-        tokenizer != nullptr ? tokenizer->decode(tokens->data(), tokens->size())
-                             : (cfg_.logging.sample_prompt.empty() ? "\n" : "") + byte_decode(tokens->data(), tokens->size());
+    // The record's text is the generated tokens alone, with a prompt or without (a byte-level
+    // sample without one starts after a newline, a tokenizer's after its end-of-text token).
+    const std::string text = tokenizer != nullptr ? tokenizer->decode(tokens->data(), tokens->size())
+                                                  : byte_decode(tokens->data(), tokens->size());
     log_info("sample at step {}:\n{}{}\n---", step, cfg_.logging.sample_prompt, text);
     metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", text}});
     return true;
