@@ -108,14 +108,17 @@ Config load_config_text(const std::string& yaml_text, const std::vector<std::str
   list_deepspeed_keys(root, cfg);
   resolve_auto(cfg, log.autos(), root, log);
 
-  // A value that failed to parse kept its default; rules about it would only add noise.
+  // A value that failed to parse kept its default; rules about it would only add noise, and so
+  // would rules comparing another key with it (the cosine phase's length with the warmup's).
   bool batch_key_failed = false;
   for (const char* k : kBatchKeyNames) batch_key_failed = batch_key_failed || log.covers(k);
+  const bool warmup_failed = log.covers("scheduler.params.warmup_num_steps");
   std::vector<ConfigError> rule_errors;
   for (auto& e : check_config(cfg, world_size)) {
     bool is_batch_key = false;
     for (const char* k : kBatchKeyNames) is_batch_key = is_batch_key || e.path == k;
     if (log.covers(e.path) || (batch_key_failed && is_batch_key)) continue;
+    if (warmup_failed && e.path == "scheduler.params.total_num_steps") continue;
     rule_errors.push_back(std::move(e));
   }
   for (const auto& e : rule_errors) log.add(e.path, e.message);

@@ -213,6 +213,11 @@ TEST_CASE("scheduler problems: missing type, unknown type, foreign and missing p
                                  "decay ends, usually train.iters)"});
   CHECK(tiny_problems("scheduler: {type: WarmupLR, params: {warmup_type: cosine}}\n") ==
         std::vector<std::string>{"scheduler.params.warmup_type: 'cosine' is not supported; supported: log, linear"});
+  // A warmup that failed to parse is not compared with the total (its default would stand in).
+  const auto bad_warmup = tiny_problems("scheduler: {type: WarmupCosineLR, params: {total_num_steps: 6, "
+                                        "warmup_num_steps: auto}}\n");
+  REQUIRE(bad_warmup.size() == 1);
+  CHECK(bad_warmup[0].rfind("scheduler.params.warmup_num_steps: 'auto'", 0) == 0);
 }
 
 TEST_CASE("model, loop and checkpoint consistency problems") {
