@@ -195,10 +195,12 @@ std::vector<std::string> set_aside_checkpoints_after(const std::string& root, in
   }
   if (moved.empty()) return moved;
   const std::string latest = ckpt::join_path(root, ckpt::kLatestFile);
+  fs::path resumed = fs::path(resumed_dir).lexically_normal();
+  if (resumed.filename().empty()) resumed = resumed.parent_path();  // "ck/step_00000002/"
   std::error_code same_ec;
-  const bool in_root = fs::equivalent(fs::path(resumed_dir).parent_path(), fs::path(root), same_ec);
-  if (in_root && ckpt::path_exists(resumed_dir)) {
-    ckpt::write_file_atomic(latest, fs::path(resumed_dir).filename().string() + "\n");
+  const bool in_root = fs::equivalent(resumed.parent_path(), fs::path(root), same_ec);
+  if (in_root && ckpt::path_exists(resumed.string())) {
+    ckpt::write_file_atomic(latest, resumed.filename().string() + "\n");
   } else {
     std::error_code ec;
     fs::remove(latest, ec);
