@@ -167,7 +167,6 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads) {
                                 cfg.zero_optimization.stage));
   }
   if (cfg.data.train.empty()) throw UserError("data.train: required to train (a glob of token shards, e.g. data/kjv/train_*.bin)");
-  // The sampling rules (vocabulary, prompt and tokenizer) are the config's: validate_config.
 }
 
 }  // namespace strata
