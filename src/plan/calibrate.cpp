@@ -229,7 +229,8 @@ int run_calibration(const MpiRuntime* mpi, const PlanOptions& o) {
   if (mpi->world_rank() == 0) {
     const std::string source = fmt::format(
         "strata plan --calibrate on {} ({} rank(s), {} per node), d_model {}, {} tokens per micro-batch; peak = a "
-        "large matrix product's measured rate; inter_node = intra_node (one node measured){}",
+        "large matrix product's measured rate; gemm_efficiency at the model's own shape (multiprocessors 0: its "
+        "tiles' losses are in it); inter_node = intra_node (one node measured){}",
         mpi->hostname(), world->size(), local, shape.d_model, shape.tokens,
         gpu ? "; host_link_gbs not measured (PCIe Gen4 x16 assumed)" : "");
     std::ofstream out(o.calibrate_out);

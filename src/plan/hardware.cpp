@@ -56,6 +56,7 @@ const std::vector<Field>& numeric_fields() {
       field("peak_tflops_16bit", 1e-6, 1e6, &H::peak_tflops_16bit),
       field("peak_tflops_fp32", 1e-6, 1e6, &H::peak_tflops_fp32),
       field("gemm_efficiency", 1e-4, 1, &H::gemm_efficiency),
+      field("multiprocessors", 0, 1e5, &H::multiprocessors),
       field("attention_efficiency", 1e-4, 1, &H::attention_efficiency),
       field("memory_efficiency", 1e-4, 1, &H::memory_efficiency),
       field("op_overhead_us", 0, 1e6, &H::op_overhead_us),

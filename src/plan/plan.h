@@ -33,6 +33,11 @@ struct HardwareProfile {
   double peak_tflops_16bit = 0;  // dense bf16/fp16
   double peak_tflops_fp32 = 0;   // what fp32 matrix products run at on this backend
   double gemm_efficiency = 0;       // share of peak the model's matrix products sustain
+  // Streaming multiprocessors a matrix product's tiles are spread over, one tile each at a time:
+  // a product whose tiles leave the last wave partly empty (or whose edges fill tiles partly) runs
+  // below gemm_efficiency. 0: no such loss (CPUs, and profiles whose gemm_efficiency was measured
+  // at the model's own shapes, where it is already in the rate).
+  int multiprocessors = 0;
   double attention_efficiency = 0;  // share of peak a fused attention core sustains
   // How the attention core runs: fused (tiles of the scores in on-chip memory, as strata's kernels
   // and FlashAttention), or unfused (the scores stored in device memory and passed over by the

@@ -53,6 +53,16 @@ struct ChunkCost {
   double tp_forward = 0, tp_backward = 0;
 };
 
+// Seconds of `count` matrix products (rows × inner)·(inner × cols) at `rate` FLOP/s. cuBLAS
+// computes the output in tiles, one per multiprocessor at a time, its largest and most efficient
+// 256 × 128 either way round (NVIDIA, Matrix Multiplication Background User's Guide, "Typical Tile
+// Dimensions in cuBLAS" and "Dimension Quantization Effects"): a partly filled edge tile costs a
+// whole one, and a last wave of fewer tiles than multiprocessors costs a whole wave. A weight's
+// gradient (`split_inner`: its inner dimension is the micro-batch's thousands of tokens, its output
+// as small as a weight) is split along that dimension when its tiles are too few (split-K), so no
+// wave is left part empty. The rate is a best shape's (the profile's), where nothing is lost.
+double matrix_product_s(double rows, double cols, double inner, double count, const HardwareProfile& hw, double rate,
+                        bool split_inner = false);
 ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const ChunkShape& c);
 // A value the config file (or a --set) gives at a dotted path, as written; nullopt when neither
 // gives it.

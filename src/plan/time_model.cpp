@@ -16,6 +16,22 @@
 #include "train/train.h"
 
 namespace strata {
+
+// Tiles as the header says: the better of the two orientations of cuBLAS's largest tile.
+double matrix_product_s(double rows, double cols, double inner, double count, const HardwareProfile& hw, double rate,
+                        bool split_inner) {
+  const double flops = 2 * rows * cols * inner * count;
+  if (hw.multiprocessors <= 0) return flops / rate;
+  const double sms = hw.multiprocessors;
+  double filled = 0;  // the share of the launched waves' tile area that is output
+  for (const auto& [tile_rows, tile_cols] : {std::pair{256.0, 128.0}, std::pair{128.0, 256.0}}) {
+    const double tiles = count * std::ceil(rows / tile_rows) * std::ceil(cols / tile_cols);
+    const double waves = split_inner ? tiles / sms : std::ceil(tiles / sms);
+    filled = std::max(filled, count * rows * cols / (waves * sms * tile_rows * tile_cols));
+  }
+  return flops / (rate * filled);
+}
+
 namespace {
 
 // Ring collectives over `ranks` ranks on `link`: all-reduce moves 2(p−1)/p of the buffer,
@@ -119,6 +135,19 @@ void add_data_parallel(const ModelShape& m, const HardwareProfile& hw, const DpS
   }
 }
 
+// A layer's four matrix products on one TP rank for `tokens` rows: forward (QKV, the attention's
+// output projection, the MLP's two) and backward (each one's input gradient, rows × inner over
+// cols, and weight gradient, inner × cols over the rows).
+std::pair<double, double> layer_products_s(double tokens, double h, double t, const HardwareProfile& hw, double rate) {
+  const double shapes[4][3] = {{tokens, 3 * h / t, h}, {tokens, h, h / t}, {tokens, 4 * h / t, h}, {tokens, h, 4 * h / t}};
+  double forward = 0, backward = 0;
+  for (const auto& [rows, cols, inner] : shapes) {
+    forward += matrix_product_s(rows, cols, inner, 1, hw, rate);
+    backward += matrix_product_s(rows, inner, cols, 1, hw, rate) + matrix_product_s(inner, cols, rows, 1, hw, rate, true);
+  }
+  return {forward, backward};
+}
+
 }  // namespace
 
 ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const ChunkShape& c) {
@@ -132,7 +161,7 @@ ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const Chunk
   // One layer's forward: the four matrix products (24h² per token), the attention core, and the
   // elementwise passes (layernorms and residuals on the rows this rank holds, GELU on its slice).
   // Backward: twice the products and the passes.
-  const double gemm = 24 * h * h * N / t / gemm_rate;
+  const auto [gemm, gemm_backward] = layer_products_s(N, h, t, hw, gemm_rate);
   const double elem = (10 * h * e * rows + 8 * h * e * N / t) / byte_rate;
   double attn = 0, attn_backward = 0, attn_ops = 0;
   if (hw.attention_unfused) {
@@ -142,10 +171,12 @@ ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const Chunk
     // it (6e + 1); backward: the probabilities' gradient written, dropout's backward (reads it and
     // the mask, writes), softmax's (reads it and the probabilities, writes), read by the products
     // for dQ and dK, the dropped probabilities read for dV (9e + 1); the products twice forward's.
-    const double scores = m.micro_batch * (static_cast<double>(m.n_head) / t) * s * s;
-    const double products = 4 * h * s * N / t / gemm_rate;
-    attn = products + scores * (6 * e + 1) / byte_rate;
-    attn_backward = 2 * products + scores * (9 * e + 1) / byte_rate;
+    const double heads = m.micro_batch * (static_cast<double>(m.n_head) / t), d = h / m.n_head;
+    const double scores = heads * s * s;
+    const double s_by_d = matrix_product_s(s, d, s, heads, hw, gemm_rate);  // PV, and dV, dQ, dK backward
+    const double s_by_s = matrix_product_s(s, s, d, heads, hw, gemm_rate);  // QKᵀ, and the probabilities' gradient
+    attn = s_by_s + s_by_d + scores * (6 * e + 1) / byte_rate;
+    attn_backward = s_by_s + 3 * s_by_d + scores * (9 * e + 1) / byte_rate;
     attn_ops = 4;
   } else {
     // Fused: the causal half of 4hs per token at its efficiency (its reads and writes in it);
@@ -154,7 +185,7 @@ ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const Chunk
     attn_backward = 2.5 * attn;
   }
   const double fwd = gemm + attn + elem + (14 + attn_ops) * op;
-  const double bwd = 2 * gemm + attn_backward + 2 * elem + (24 + attn_ops) * op;
+  const double bwd = gemm_backward + attn_backward + 2 * elem + (24 + attn_ops) * op;
   const LinkProfile tp_link = ring_link(hw, m.tp_across_nodes, m.tp_ranks_per_node);
   // Two all-reduces (or reduce-scatter + all-gather under SP: the same bytes) per layer each way.
   const double tp_one = all_reduce_s(N * h * e, m.tp, tp_link);
@@ -177,8 +208,10 @@ ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const Chunk
   }
   if (c.head) {  // final layernorm, logits (2hV per token), the fused softmax cross-entropy
     const double V = m.padded_vocab;
-    cost.forward += 4 * h * e * rows / byte_rate + 2 * h * V * N / t / gemm_rate + 8 * N * V / t / byte_rate + 4 * op;
-    cost.backward += 8 * h * e * rows / byte_rate + 4 * h * V * N / t / gemm_rate + 8 * N * V / t / byte_rate + 6 * op;
+    const double logits = matrix_product_s(N, V / t, h, 1, hw, gemm_rate);
+    const double logits_backward = matrix_product_s(N, h, V / t, 1, hw, gemm_rate) + matrix_product_s(h, V / t, N, 1, hw, gemm_rate, true);
+    cost.forward += 4 * h * e * rows / byte_rate + logits + 8 * N * V / t / byte_rate + 4 * op;
+    cost.backward += 8 * h * e * rows / byte_rate + logits_backward + 8 * N * V / t / byte_rate + 6 * op;
     if (m.sp) cost.tp_forward += tp_one / 2, cost.tp_backward += tp_one / 2;  // gather/scatter of the rows
   }
   return cost;

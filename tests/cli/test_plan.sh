@@ -90,11 +90,12 @@ expect_contains "$OUT" "on 2 × here (2 per node)"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware tpu-v9
 expect_contains "$OUT" "unknown profile 'tpu-v9'; known: a100-sxm-80gb, cpu-2core, h100-sxm, h200-sxm"
 grep -v '^peak_tflops_16bit' "$SRC/configs/hardware/h100-sxm.yaml" | sed 's/^gpus_per_node: 8/gpus_per_node: 8\nnvlink: 4/' \
-  | sed 's/^attention_kernel:.*/attention_kernel: flashy/' > "$WORK/broken.yaml"
+  | sed 's/^attention_kernel:.*/attention_kernel: flashy/; s/^multiprocessors:.*/multiprocessors: -4/' > "$WORK/broken.yaml"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware "$WORK/broken.yaml"
 expect_contains "$OUT" "broken.yaml: peak_tflops_16bit: missing"
 expect_contains "$OUT" "broken.yaml: nvlink: unknown key"
 expect_contains "$OUT" "broken.yaml: attention_kernel: missing or not fused or unfused"
+expect_contains "$OUT" "broken.yaml: multiprocessors: not a number in [0, 100000]"
 # The attention kernel a profile names is the one it predicts: stored scores cost more.
 sed 's/^attention_kernel:.*/attention_kernel: unfused/' "$SRC/configs/hardware/h100-sxm.yaml" > "$WORK/unfused.yaml"
 run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 1 --hardware h100-sxm --explain --json

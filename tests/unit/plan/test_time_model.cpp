@@ -161,3 +161,36 @@ TEST_CASE("stored attention scores cost their passes per head, fused attention i
   CHECK(few.forward - fused.forward == Approx(products - causal + scores * (6 * e + 1) / 1000e9));
   CHECK(few.backward - fused.backward == Approx(2 * products - 2.5 * causal + scores * (9 * e + 1) / 1000e9));
 }
+
+TEST_CASE("a matrix product pays for partly filled edge tiles and a part-empty last wave, unless a weight's gradient splits its tokens") {
+  HardwareProfile hw = round_machine();
+  const double rate = 100e12, flops = 2.0 * 2000 * 1000 * 512;
+  // No multiprocessors in the profile: the FLOPs at the rate.
+  CHECK(matrix_product_s(2000, 1000, 512, 1, hw, rate) == Approx(flops / rate));
+  hw.multiprocessors = 100;
+  // 2000 × 1000 in 256 × 128 tiles (or 128 × 256): 8 × 8 = 64 tiles, 2,000,000 of their 2,097,152
+  // values output, all in one wave of 100 tiles: 2,000,000 / (100 × 32768) of it used.
+  CHECK(matrix_product_s(2000, 1000, 512, 1, hw, rate) == Approx(flops / rate * 100 * 32768 / 2e6));
+  // Split along the inner dimension the 64 tiles fill 64% of a wave, and only the edges are lost.
+  CHECK(matrix_product_s(2000, 1000, 512, 1, hw, rate, true) == Approx(flops / rate * 64 * 32768 / 2e6));
+  // Three such products: 192 tiles, two waves.
+  CHECK(matrix_product_s(2000, 1000, 512, 3, hw, rate) == Approx(3 * flops / rate * 200 * 32768 / 6e6));
+  // The better orientation: thirty 384 × 256 products are 120 tiles of 256 × 128 (two waves, 45%
+  // used) but 90 of 128 × 256 (one wave, 90%).
+  CHECK(matrix_product_s(384, 256, 512, 30, hw, rate) == Approx(30 * 2.0 * 384 * 256 * 512 / rate / 0.9));
+
+  // A layer at d_model 1024 and 2048 tokens (every dimension a whole number of tiles): forward, QKV
+  // is 192 tiles (two waves), the projection and fc2 64 (one), fc1 256 (three); backward, the input
+  // gradients are 64, 64, 64 and 256 tiles, while the weight gradients split their 2048 tokens and
+  // lose nothing. The loss is each product's FLOPs times (waves × 100 / tiles − 1).
+  ModelShape model = shape(1, 1, 1, 1, PipeSchedule::OneFOneB);
+  const ChunkShape layer{1, false, false};
+  hw.multiprocessors = 0;
+  const ChunkCost whole = chunk_cost(model, hw, layer);
+  hw.multiprocessors = 100;
+  const ChunkCost tiled = chunk_cost(model, hw, layer);
+  const double per_col = 2.0 * 2048 * 1024 / rate;  // a product's seconds per unit of its third dimension
+  const double one = 100.0 / 64 - 1, three = 300.0 / 256 - 1, two = 200.0 / 192 - 1;
+  CHECK(tiled.forward - whole.forward == Approx(per_col * (3072 * two + 1024 * one + 4096 * three + 4096 * one)));
+  CHECK(tiled.backward - whole.backward == Approx(per_col * (3072 * one + 1024 * one + 4096 * one + 4096 * three)));
+}
