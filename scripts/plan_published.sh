@@ -7,7 +7,8 @@
 # the predicted TFLOP/s per GPU of the paper's layout (counted as the paper's Eq. 3 counts it)
 # beside the paper's, whether the layout fits strata's memory, and its rank among the layouts the
 # planner finds for that model and GPU count (ZeRO, recompute, SP and offload held at the paper's:
-# none, full, off, none). Prints a Markdown table (the README's).
+# none, full, off, none). Prints a Markdown table (the README's), then the comparisons of parallel
+# configurations the paper timed (its Figures 13-15) with the planner's predictions for each.
 #
 # Usage: scripts/plan_published.sh [--hardware NAME|FILE]   (default a100-sxm-80gb)
 # Environment: STRATA (the strata binary; default build/bin/strata)
@@ -73,3 +74,36 @@ print(f"| {name} | {gpus} | {tp} | {pp} | {v} | {micro} | {batch} | {paper} | {g
       f"{rank if rank else '-'} of {len(plan['layouts'])} |")
 PY
 done <<<"$rows"
+
+# The comparisons of parallel configurations the paper timed (its Figures 13-15, from the same
+# scripts: examples/sc21/run_figure_1[345].sh; 64 GPUs, micro-batch 1, full recompute, DDP=local),
+# predicted for each configuration, beside what the paper found: a 162.2B model (32 layers, hidden
+# 20480, 128 heads) fastest at TP 8 × PP 8 of the (PP, TP) pairs; a 5.9B model (32 layers, hidden
+# 3840, 32 heads) slower as PP grows (over DP) and as TP grows (over DP).
+explain_tflops() {  # layers hidden heads batch tp pp -> predicted TFLOP/s per GPU
+  "$strata" plan --config "$work/base.yaml" --gpus 64 --hardware "$work/hardware.yaml" --explain --json \
+    --set "model.n_layer=$1" --set "model.d_model=$2" --set "model.n_head=$3" --set "train_batch_size=$4" \
+    --set parallelism.tensor_model_parallel_size="$5" --set parallelism.pipeline_model_parallel_size="$6" \
+    --set train_micro_batch_size_per_gpu=1 --set zero_optimization.overlap_comm=false \
+    | python3 -c 'import json, sys; print("%.0f" % json.load(sys.stdin)["tflops_per_gpu"])'
+}
+echo
+echo "| figure | model | batch | configurations | predicted TFLOP/s per GPU | the paper found | predicted |"
+echo "|---|---|---|---|---|---|---|"
+for batch in 32 128; do
+  got=()
+  for pp in 2 4 8 16 32; do got+=("$(explain_tflops 32 20480 128 "$batch" $((64 / pp)) "$pp")"); done
+  best=$(python3 -c 'import sys; v = [int(x) for x in sys.argv[1:]]; print(["(2, 32)", "(4, 16)", "(8, 8)", "(16, 4)", "(32, 2)"][v.index(max(v))])' "${got[@]}")
+  echo "| 13 | 162.2B | $batch | (PP, TP) = (2, 32), (4, 16), (8, 8), (16, 4), (32, 2) | ${got[*]} | (8, 8) fastest | $best fastest |"
+done
+for axis in pp tp; do
+  for batch in 32 128 512; do
+    got=()
+    for size in 2 4 8 16 32; do
+      if [ "$axis" = pp ]; then got+=("$(explain_tflops 32 3840 32 "$batch" 1 "$size")"); else got+=("$(explain_tflops 32 3840 32 "$batch" "$size" 1)"); fi
+    done
+    falls=$(python3 -c 'import sys; v = [int(x) for x in sys.argv[1:]]; print("slower" if all(a > b for a, b in zip(v, v[1:])) else "not always slower")' "${got[@]}")
+    figure=14; [ "$axis" = tp ] && figure=15
+    echo "| $figure | 5.9B | $batch | ${axis^^} = 2, 4, 8, 16, 32 (DP = 64 / ${axis^^}) | ${got[*]} | slower as ${axis^^} grows | $falls as ${axis^^} grows |"
+  done
+done
