@@ -70,9 +70,8 @@ __device__ __forceinline__ bool target_in_vocab(int32_t target, int64_t vocab, i
 
 // The row's real columns x[0, real) handed to fn(values) in this thread's share: as 16-byte
 // words of kPerWord<T> values when `packed` (the columns of a word past `real` as −inf), one
-// value at a time otherwise.
-// Column indices within a row are 32-bit (a row is one vocabulary): fewer registers and
-// instructions than 64-bit ones.
+// value at a time otherwise. Column indices are 32-bit (a row is one vocabulary): fewer
+// registers and instructions than 64-bit ones.
 template <typename T, typename Fn>
 __device__ __forceinline__ void for_real_values(const T* x, int64_t real_columns, bool packed, Fn&& fn) {
   constexpr int kPer = kPerWord<T>;
