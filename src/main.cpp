@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <csignal>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -36,10 +37,16 @@ const CLI::Validator kWholeCount(
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != text.size() || value < 1) return "expected a whole number of 1 or more, got '" + text + "'";
+      if (used != text.size() || value < 1 || value > std::numeric_limits<int>::max())
+        return "expected a whole number from 1 to " + std::to_string(std::numeric_limits<int>::max()) + ", got '" +
+               text + "'";
       return "";
     },
     "N>=1");
+
+// A file the command writes or reads: an empty name would silently do nothing.
+const CLI::Validator kFileName([](std::string& text) -> std::string { return text.empty() ? "expected a file name" : ""; },
+                               "FILE");
 
 int report_user_error(const strata::UserError& e, int world_size) {
   // An error every rank raised is reported once; one raised here alone is reported here, and
@@ -117,16 +124,16 @@ void add_plan_command(CLI::App& app, Commands& c) {
   c.plan->add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the profile's)")->check(kWholeCount);
   c.plan->add_option("--hardware", o.hardware, "A profile name (configs/hardware/NAME.yaml) or file (default h100-sxm)");
   c.plan->add_option("--top", o.top, "Layouts shown (default 5)")->check(kWholeCount);
-  c.plan->add_option("--write", o.write_path, "Write the best layout as a config `strata train` runs");
+  c.plan->add_option("--write", o.write_path, "Write the best layout as a config `strata train` runs")->check(kFileName);
   c.plan->add_option("--keep", o.keep,
                      "Axes held at the config's value, comma-separated: grid, schedule, sp, micro_batch, zero, "
                      "recompute, offload");
   c.plan->add_flag("--tp-across-nodes", o.tp_across_nodes, "Let tensor parallelism span nodes");
   c.plan->add_flag("--explain", o.explain, "Predict the config's own layout on --gpus ranks, with its breakdown");
-  c.plan->add_flag("--json", o.json, "Print JSON (one object per layout)");
+  c.plan->add_flag("--json", o.json, "Print JSON (the plan as one object, its layouts a list)");
   c.plan->add_flag("--calibrate", o.calibrate,
                    "Measure this machine (run under mpirun, as the job will) and write a profile to --out");
-  c.plan->add_option("--out", o.calibrate_out, "The profile --calibrate writes");
+  c.plan->add_option("--out", o.calibrate_out, "The profile --calibrate writes")->check(kFileName);
 }
 
 // strata data encode --input FILE... --out DIR [--val-fraction F]; strata data decode ...

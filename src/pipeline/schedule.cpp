@@ -267,8 +267,15 @@ std::vector<int> pipe_chunk_in_flight(const PipeShape& s, int stage) {
     const auto it = memo.find(key);
     if (it != memo.end()) return it->second;
   }
+  // GPipe holds every micro-batch. 1F1B and interleaving reach their most by 2p micro-batches
+  // (from there every chunk is in its steady phase; a unit test holds this to the tables up to
+  // 8p), so a longer step is counted on 4p rather than on tables as long as the step.
+  if (s.schedule == PipeSchedule::GPipe && s.micro_batches > 4 * s.stages)
+    return std::vector<int>(static_cast<size_t>(s.virtual_stages), s.micro_batches);
+  PipeShape counted = s;
+  if (s.micro_batches > 4 * s.stages) counted.micro_batches = 4 * s.stages;
   std::vector<int> now(static_cast<size_t>(s.virtual_stages), 0), most(now.size(), 1);
-  for (const PipeAction& a : pipe_schedule(s, stage)) {
+  for (const PipeAction& a : pipe_schedule(counted, stage)) {
     int& n = now[static_cast<size_t>(a.chunk)];
     if (a.kind == PipeAction::Kind::Forward) most[static_cast<size_t>(a.chunk)] = std::max(most[static_cast<size_t>(a.chunk)], ++n);
     if (a.kind == PipeAction::Kind::Backward) --n;

@@ -194,6 +194,10 @@ int run_calibration(const MpiRuntime* mpi, const PlanOptions& o) {
   const bool gpu = be->device() == Device::CUDA;
   log_info("calibrating {} rank(s) ({} per node) on the {} backend at d_model {}, {} tokens per micro-batch",
            world->size(), local, gpu ? "CUDA" : "CPU", shape.d_model, shape.tokens);
+  if (world->size() == 1 && mpi->world_rank() == 0) {
+    log_warn("calibrating one rank: no link between ranks is measured (the profile's links are a copy through "
+             "memory) and its node holds one rank; run it under mpirun with the ranks per node the job will use");
+  }
   const Measured m = measure_backend(*be, *world, shape, gpu ? DType::BF16 : DType::F32);
   const LinkProfile link = measure_link(*world);
   HardwareProfile hw;

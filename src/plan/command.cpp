@@ -2,9 +2,13 @@
 // config's own), prints them as a table with each one's memory and step-time breakdown or as
 // JSON, and writes the best as a config `strata train` runs as is.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "backend/backend.h"
@@ -14,29 +18,40 @@
 namespace strata {
 namespace {
 
+namespace fs = std::filesystem;
+
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / kGiB); }
 
+// The terms in GiB, or MiB for a rank needing less than one (two decimals of GiB would show zeros).
+bool in_mib(const Prediction& p) { return static_cast<double>(p.memory.total()) < kGiB; }
+
 std::string memory_line(const Prediction& p) {
   const MemoryRecord& m = p.memory;
-  std::string line = fmt::format("params {} + grads {} + optimizer {} + workspace {} + activations {} = {} of {} GiB",
-                                 gib(m.params), gib(m.grads), gib(m.optimizer), gib(m.workspace), gib(m.activations),
-                                 gib(m.total()), gib(p.memory_limit));
+  const bool mib = in_mib(p);
+  const auto size = [mib](double bytes) { return mib ? fmt::format("{:.1f}", bytes / (1 << 20)) : gib(bytes); };
+  std::string line = fmt::format("params {} + grads {} + optimizer {} + workspace {} + activations {} = {} {}of {} GiB",
+                                 size(m.params), size(m.grads), size(m.optimizer), size(m.workspace),
+                                 size(m.activations), size(m.total()), mib ? "MiB " : "", gib(p.memory_limit));
   if (m.host > 0) line += fmt::format("; host {} of {} GiB", gib(m.host), gib(p.host_limit));
   if (m.nvme > 0) line += fmt::format("; files {} GiB", gib(m.nvme));
   return line;
 }
 
+// Every term with the total's decimals (4 significant digits of it), so the printed terms add up.
 std::string time_line(const StepTime& t) {
-  return fmt::format("compute {:.4g} + tp comm {:.3g} + pp comm {:.3g} + bubble {:.3g} + dp/zero comm {:.3g} (hidden "
-                     "{:.3g}) + optimizer {:.3g} + offload {:.3g} = {:.4g} s",
-                     t.compute, t.tp_comm, t.pp_comm, t.bubble, t.dp_comm, t.dp_hidden, t.optimizer, t.offload,
-                     t.total());
+  const double total = t.total();
+  const int decimals = total > 0 ? std::clamp(3 - static_cast<int>(std::floor(std::log10(total))), 0, 9) : 3;
+  const auto s = [decimals](double v) { return fmt::format("{:.{}f}", v, decimals); };
+  return fmt::format("compute {} + tp comm {} + pp comm {} + bubble {} + dp/zero comm {} (hidden {}) + optimizer {} + "
+                     "offload {} = {} s",
+                     s(t.compute), s(t.tp_comm), s(t.pp_comm), s(t.bubble), s(t.dp_comm), s(t.dp_hidden),
+                     s(t.optimizer), s(t.offload), s(total));
 }
 
 void print_breakdown(const Prediction& p) {
-  std::printf("    memory per rank (GiB, the stage needing most): %s\n", memory_line(p).c_str());
+  std::printf("    memory per rank (%s, the stage needing most): %s\n", in_mib(p) ? "MiB" : "GiB", memory_line(p).c_str());
   std::printf("    step time: %s\n", time_line(p.time).c_str());
 }
 
@@ -79,8 +94,16 @@ void write_config(const std::string& path, const Prediction& p, const HardwarePr
   if (!out) throw UserError(fmt::format("--write: cannot write {}", path));
 }
 
-[[noreturn]] void throw_nothing_fits(const std::vector<Prediction>& all, int gpus, const HardwareProfile& hw) {
-  if (all.empty()) throw UserError(fmt::format("no layout of {} GPUs is valid for this config", gpus));
+[[noreturn]] void throw_nothing_fits(const std::vector<Prediction>& all, int gpus, const HardwareProfile& hw,
+                                     const Config& cfg, const std::string& refusal) {
+  if (all.empty()) {
+    throw UserError(fmt::format(
+        "no layout of {} GPUs is valid for this config: a split DP × TP × PP of them needs DP to divide the global "
+        "batch ({}), TP to divide n_head ({}) within a node, and PP at most n_layer ({}){}",
+        gpus, cfg.derived.global_batch, *cfg.model.n_head, *cfg.model.n_layer,
+        refusal.empty() ? fmt::format(", and no split of {} does", gpus)
+                        : fmt::format("; the config refused the splits that do (the first: {})", refusal)));
+  }
   const Prediction& least = all.front();  // sorted by memory when none fits
   throw UserError(fmt::format("no layout of {} × {} fits: the smallest, {}, needs {} GiB per rank ({}) but a rank "
                               "has {} GiB. Use more GPUs, a smaller model, micro-batch or seq_len",
@@ -103,10 +126,11 @@ void warn_unsupported_heads(const Config& cfg, const HardwareProfile& hw) {
 int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& hw, int gpn) {
   PlanRequest req{o.gpus, gpn, o.tp_across_nodes, plan_axes_keeping(o.keep), given_overlap_comm(o)};
   int considered = 0;
-  const std::vector<Prediction> all = plan_layouts(cfg, hw, req, &considered);
+  std::string refusal;
+  const std::vector<Prediction> all = plan_layouts(cfg, hw, req, &considered, &refusal);
   const auto fitting = static_cast<int>(std::count_if(all.begin(), all.end(), [](const Prediction& p) { return p.fits; }));
-  if (fitting == 0) throw_nothing_fits(all, o.gpus, hw);
-  const int shown = std::min(o.top, fitting);
+  if (fitting == 0) throw_nothing_fits(all, o.gpus, hw, cfg, refusal);
+  const int shown = std::min(o.top > 0 ? o.top : 5, fitting);
   if (!o.write_path.empty()) write_config(o.write_path, all.front(), hw);
   if (o.json) {
     nlohmann::json j = {{"hardware", hw.name}, {"gpus", o.gpus}, {"gpus_per_node", gpn},
@@ -139,10 +163,44 @@ int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& h
 
 }  // namespace
 
+// Options that do nothing in the mode asked for are refused, not ignored.
+void check_plan_options(const PlanOptions& o) {
+  std::vector<std::string> unused;
+  const auto refuse_with = [&](bool given, const char* option) {
+    if (given) unused.emplace_back(option);
+  };
+  const bool planning = !o.calibrate && !o.explain;
+  refuse_with(!planning && !o.write_path.empty(), "--write");
+  refuse_with(!planning && !o.keep.empty(), "--keep");
+  refuse_with(!planning && o.top > 0, "--top");
+  refuse_with(!planning && o.tp_across_nodes, "--tp-across-nodes");
+  if (o.calibrate) {
+    refuse_with(o.explain, "--explain");
+    refuse_with(o.json, "--json");
+    refuse_with(!o.hardware.empty(), "--hardware");
+    refuse_with(o.gpus > 0, "--gpus");
+    refuse_with(o.gpus_per_node > 0, "--gpus-per-node");
+  }
+  if (!unused.empty()) {
+    throw UserError(fmt::format("strata plan {}: {} {} no effect with it", o.calibrate
+                                    ? "--calibrate measures the ranks mpirun starts and writes a profile"
+                                    : "--explain predicts the config's own layout",
+                                fmt::join(unused, ", "), unused.size() == 1 ? "has" : "have"));
+  }
+  if (!o.calibrate && !o.calibrate_out.empty())
+    throw UserError("strata plan: --out is the profile --calibrate writes; --write writes a planned config");
+  std::error_code ec;
+  if (!o.write_path.empty() && !o.config_path.empty() && fs::exists(o.write_path, ec) &&
+      fs::equivalent(o.write_path, o.config_path, ec))
+    throw UserError(fmt::format("--write {}: that is the config being planned; write the plan to another file",
+                                o.write_path));
+}
+
 int run_plan(const MpiRuntime* mpi, const PlanOptions& o) {
+  check_plan_options(o);
   if (o.calibrate) return run_calibration(mpi, o);
   if (o.config_path.empty()) throw UserError("strata plan: give --config FILE");
-  const HardwareProfile hw = load_hardware_profile(o.hardware);
+  const HardwareProfile hw = load_hardware_profile(o.hardware.empty() ? "h100-sxm" : o.hardware);
   const int gpn = o.gpus_per_node > 0 ? o.gpus_per_node : hw.gpus_per_node;
   if (o.explain) {
     if (o.gpus <= 0) throw UserError("strata plan --explain: give --gpus N (the ranks the config will run on)");

@@ -4,6 +4,7 @@
 // makes a step faster). The config's own rules decide what is valid.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <tuple>
 
 #include "core/core.h"
@@ -12,11 +13,16 @@
 namespace strata {
 namespace {
 
+// In increasing order, in √n steps (a global batch can be in the millions).
 std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int k = 1; k <= n; ++k)
-    if (n % k == 0) out.push_back(k);
-  return out;
+  std::vector<int> low, high;
+  for (int k = 1; static_cast<int64_t>(k) * k <= n; ++k) {
+    if (n % k != 0) continue;
+    low.push_back(k);
+    if (k != n / k) high.push_back(n / k);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 struct Grid {
@@ -43,7 +49,7 @@ std::vector<Grid> grids(const Config& cfg, const PlanRequest& req, int gpn) {
 // (up to 8) that splits the layers evenly.
 std::vector<std::pair<PipeSchedule, int>> schedules(const Config& cfg, const PlanRequest& req, int pp) {
   if (pp == 1) return {{PipeSchedule::OneFOneB, 1}};
-  if (!req.axes.schedule && cfg.derived.pp_size == pp) {
+  if (!req.axes.schedule) {  // the config's schedule (its interleave may not split the layers: then none)
     const auto& pl = cfg.parallelism.pipeline;
     return {{pl.schedule, pl.schedule == PipeSchedule::Interleaved ? pl.virtual_stages : 1}};
   }
@@ -58,6 +64,11 @@ std::vector<std::pair<PipeSchedule, int>> schedules(const Config& cfg, const Pla
   return out;
 }
 
+std::string first_error(const UserError& e) {
+  const auto* many = dynamic_cast<const UserErrors*>(&e);
+  return many && !many->errors().empty() ? many->errors().front() : std::string(e.what());
+}
+
 template <typename T>
 std::vector<T> axis(bool vary, std::vector<T> all, T kept) {
   return vary ? all : std::vector<T>{kept};
@@ -66,7 +77,8 @@ std::vector<T> axis(bool vary, std::vector<T> all, T kept) {
 }  // namespace
 
 std::vector<Prediction> plan_layouts(const Config& cfg, const HardwareProfile& hw, const PlanRequest& req,
-                                     int* considered) {
+                                     int* considered, std::string* refusal) {
+  if (refusal) refusal->clear();
   const int gpn = req.gpus_per_node > 0 ? req.gpus_per_node : hw.gpus_per_node;
   const Layout own = layout_of(cfg);
   std::vector<Prediction> out;
@@ -100,12 +112,16 @@ std::vector<Prediction> plan_layouts(const Config& cfg, const HardwareProfile& h
                 Config c;
                 try {
                   c = config_for_layout(cfg, l, req.overlap_comm);
-                } catch (const UserError&) {
+                } catch (const UserError& e) {
+                  if (refusal && refusal->empty()) *refusal = first_error(e);
                   continue;  // the config's rules refuse this combination
                 }
                 Prediction p = predict_layout(c, hw, gpn);
                 const bool fits = p.fits;
-                out.push_back(std::move(p));
+                // ZeRO at DP 1 shards nothing: the same layout as stage 0, unless it carries offload.
+                const bool as_stage_0 = g.dp == 1 && zero > 0 && req.axes.zero && opt == OffloadDevice::None &&
+                                        param == OffloadDevice::None;
+                if (!as_stage_0) out.push_back(std::move(p));
                 if (fits) break;
               }
             }

@@ -6,10 +6,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <set>
+#include <type_traits>
 
 #include "core/core.h"
 #include "plan/plan.h"
@@ -37,13 +39,14 @@ std::vector<fs::path> profile_dirs() {
 struct Field {
   const char* key;
   double min, max;
+  bool whole;  // a count
   std::function<void(HardwareProfile&, double)> set;
   std::function<double(const HardwareProfile&)> get;
 };
 
 template <typename T>
 Field field(const char* key, double min, double max, T HardwareProfile::*member) {
-  return {key, min, max, [member](HardwareProfile& h, double v) { h.*member = static_cast<T>(v); },
+  return {key, min, max, std::is_integral_v<T>, [member](HardwareProfile& h, double v) { h.*member = static_cast<T>(v); },
           [member](const HardwareProfile& h) { return static_cast<double>(h.*member); }};
 }
 
@@ -69,7 +72,7 @@ const std::vector<Field>& numeric_fields() {
 }
 
 bool read_number(const YAML::Node& node, double& value) {
-  if (!node.IsScalar()) return false;
+  if (!node.IsDefined() || !node.IsScalar()) return false;
   try {
     value = node.as<double>();
     return true;
@@ -112,18 +115,23 @@ HardwareProfile parse_profile_tree(const std::string& path, const YAML::Node& ro
   HardwareProfile hw;
   hw.path = path;
   std::vector<std::string> problems;
-  std::set<std::string> known = {"name", "device", "attention_kernel", "intra_node", "inter_node"};
+  std::set<std::string> known = {"name", "device", "attention_kernel", "intra_node", "inter_node"}, seen;
   for (const Field& f : numeric_fields()) known.insert(f.key);
   for (const auto& item : root) {
     const std::string k = item.first.as<std::string>();
     if (!known.count(k)) problems.push_back(k + ": unknown key");
+    if (!seen.insert(k).second) problems.push_back(k + ": given twice");
   }
-  if (root["name"].IsScalar()) hw.name = root["name"].as<std::string>();
-  else problems.push_back("name: missing");
-  const std::string device = root["device"].IsScalar() ? root["device"].as<std::string>() : "";
+  const auto text = [&root](const char* key) {
+    const YAML::Node node = root[key];
+    return node.IsDefined() && node.IsScalar() ? node.as<std::string>() : std::string();
+  };
+  hw.name = text("name");
+  if (hw.name.empty()) problems.push_back("name: missing or not a word");
+  const std::string device = text("device");
   if (device == "gpu" || device == "cpu") hw.gpu = device == "gpu";
   else problems.push_back("device: missing or not gpu or cpu");
-  const std::string kernel = root["attention_kernel"].IsScalar() ? root["attention_kernel"].as<std::string>() : "";
+  const std::string kernel = text("attention_kernel");
   if (kernel == "fused" || kernel == "unfused") hw.attention_unfused = kernel == "unfused";
   else problems.push_back("attention_kernel: missing or not fused or unfused");
   for (const Field& f : numeric_fields()) {
@@ -132,6 +140,8 @@ HardwareProfile parse_profile_tree(const std::string& path, const YAML::Node& ro
       problems.push_back(fmt::format("{}: missing", f.key));
     } else if (!read_number(root[f.key], v) || !(v >= f.min && v <= f.max)) {  // NaN too
       problems.push_back(fmt::format("{}: not a number in [{}, {}]", f.key, f.min, f.max));
+    } else if (f.whole && v != std::floor(v)) {
+      problems.push_back(fmt::format("{}: not a whole number", f.key));
     } else {
       f.set(hw, v);
     }

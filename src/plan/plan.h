@@ -136,9 +136,10 @@ struct PlanRequest {
 // Prediction for the config's own layout (strata plan --explain).
 Prediction predict_layout(const Config& cfg, const HardwareProfile& hw, int gpus_per_node);
 // Every layout of `gpus` ranks for the config's model and global batch that the config accepts,
-// predicted; those that fit first, fastest first. `considered` gets how many were tried.
+// predicted; those that fit first, fastest first. `considered` gets how many were tried, and
+// `refusal` the config's reason for the first one it refused ("" when none was).
 std::vector<Prediction> plan_layouts(const Config& cfg, const HardwareProfile& hw, const PlanRequest& request,
-                                     int* considered = nullptr);
+                                     int* considered = nullptr, std::string* refusal = nullptr);
 
 // ---- the subcommand ----------------------------------------------------------------------------
 struct PlanOptions {
@@ -146,8 +147,8 @@ struct PlanOptions {
   std::vector<std::string> overrides;
   int gpus = 0;  // required (with --explain too: the config's DP comes from it)
   int gpus_per_node = 0;
-  std::string hardware = "h100-sxm";
-  int top = 5;
+  std::string hardware;  // "": h100-sxm
+  int top = 0;           // 0: 5
   std::string write_path;
   std::string keep;
   bool tp_across_nodes = false;

@@ -21,7 +21,7 @@ std::optional<std::string> given_config_value(const PlanOptions& o, const std::s
       begin = dot + 1;
     }
     if (node.IsDefined() && node.IsScalar()) value = node.Scalar();
-  } catch (const YAML::Exception&) {
+  } catch (const std::exception&) {  // YAML's, or the stream's for a directory
     value.reset();  // the config's loader reports what is wrong with the file
   }
   for (const std::string& kv : o.overrides) {

@@ -75,6 +75,13 @@ Config load_plan_config(const PlanOptions& options, int gpus, std::string* refus
 // `strata plan --calibrate` (calibrate.cpp).
 int run_calibration(const MpiRuntime* mpi, const PlanOptions& options);
 
+// The makespan of the schedule tables for a forward cost of 1 per micro-batch over a stage's chunks
+// and the given backward cost, a multiple of 1/1000 (simulated once per shape and cost ratio:
+// times scale linearly with the costs); −1 if the tables do not complete. A step of more than
+// simulated_rounds × p micro-batches is extrapolated from the simulated ones along their last p:
+// the schedules' steady phase repeats every p micro-batches (a unit test holds the two equal).
+double pipeline_makespan(const PipeShape& shape, double backward_over_forward, int simulated_rounds = 8);
+
 StepTime step_time(const ModelShape& m, const HardwareProfile& hw, const std::vector<StageShape>& stages,
                    const DpShape& dp);
 

@@ -61,8 +61,10 @@ ModelShape model_shape(const Config& cfg, const HardwareProfile& hw, int ranks_p
   m.virtual_stages = m.schedule == PipeSchedule::Interleaved && m.pp > 1 ? cfg.parallelism.pipeline.virtual_stages : 1;
   m.recompute = cfg.model.recompute;
   m.elem_bytes = sixteen_bit(cfg) ? 2 : 4;
-  // A CPU node's rates are shared by its ranks; the CPU backend computes in fp32 whatever it stores.
-  const double share = hw.gpu ? 1 : ranks_per_node;
+  // A CPU node's rates are shared by its ranks, and were measured with the profile's ranks per
+  // node each running: fewer ranks do not get the rest (a rank's own passes use one core), so a
+  // rank's share is at most that. The CPU backend computes in fp32 whatever it stores.
+  const double share = hw.gpu ? 1 : std::max(ranks_per_node, hw.gpus_per_node);
   m.peak_tflops = (hw.gpu && sixteen_bit(cfg) ? hw.peak_tflops_16bit : hw.peak_tflops_fp32) / share;
   m.memory_bandwidth_gbs = hw.memory_bandwidth_gbs / share;
   return m;

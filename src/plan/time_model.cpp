@@ -57,10 +57,22 @@ LinkProfile ring_link(const HardwareProfile& hw, bool across_nodes, int ranks_pe
   return {std::min(hw.intra_node.bandwidth_gbs, rails * hw.inter_node.bandwidth_gbs), hw.inter_node.latency_us};
 }
 
-// The makespan of the schedule tables for a forward cost of 1 per micro-batch over a stage's
-// chunks and the given backward cost, a multiple of 1/1000 (simulated once per shape and cost
-// ratio: times scale linearly with the costs).
-double pipeline_makespan(const PipeShape& shape, double backward_over_forward) {
+}  // namespace
+
+double pipeline_makespan(const PipeShape& shape, double backward_over_forward, int simulated_rounds) {
+  // Past the warm-up a pipeline's makespan grows by the same amount for every p more micro-batches
+  // (the in-flight counts settle by 2p): a longer step is simulated at simulated_rounds × p
+  // micro-batches and extended at the rate of their last p.
+  const int p = shape.stages, simulated = std::max(4, simulated_rounds) * p;
+  if (shape.micro_batches > simulated) {
+    PipeShape last = shape, before = shape;
+    last.micro_batches = simulated;
+    before.micro_batches = simulated - p;
+    const double at_last = pipeline_makespan(last, backward_over_forward, simulated_rounds);
+    const double at_before = pipeline_makespan(before, backward_over_forward, simulated_rounds);
+    if (at_last < 0 || at_before < 0) return -1;
+    return at_last + (at_last - at_before) * (shape.micro_batches - simulated) / p;
+  }
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, long>, double> memo;
   const long ratio = std::lround(backward_over_forward * 1000);
@@ -85,6 +97,8 @@ double pipeline_makespan(const PipeShape& shape, double backward_over_forward) {
   memo.emplace(key, makespan);
   return makespan;
 }
+
+namespace {
 
 // ZeRO's collectives over the slowest stage's `psi` parameters, the share backward hides, and the
 // optimizer step (on the device or, offloaded, on the host with its PCIe transfers).

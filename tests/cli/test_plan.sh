@@ -14,8 +14,22 @@ run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware cpu-2
 expect_contains "$OUT" "on 4 × cpu-2core (2 per node)"
 expect_contains "$OUT" "the best 3 by predicted tokens/s"
 expect_contains "$OUT" " 3. dp "
-expect_contains "$OUT" "memory per rank (GiB, the stage needing most): params"
+expect_contains "$OUT" "memory per rank (MiB, the stage needing most): params"
 expect_contains "$OUT" "step time: compute"
+# The printed terms add up to the printed totals (a rank under 1 GiB is shown in MiB).
+python3 - "$OUT" <<'PY'
+import re, sys
+for line in sys.argv[1].splitlines():
+    m = re.search(r"params ([\d.]+) \+ grads ([\d.]+) \+ optimizer ([\d.]+) \+ workspace ([\d.]+) \+ activations ([\d.]+) = ([\d.]+)", line)
+    if m:
+        *terms, total = map(float, m.groups())
+        assert abs(sum(terms) - total) <= 0.05 * 3, line
+    m = re.search(r"step time: compute ([\d.]+) \+ tp comm ([\d.]+) \+ pp comm ([\d.]+) \+ bubble ([\d.]+) \+ dp/zero comm ([\d.]+) \(hidden ([\d.]+)\) \+ optimizer ([\d.]+) \+ offload ([\d.]+) = ([\d.]+) s", line)
+    if m:
+        c, tp, pp, b, dp, hid, opt, off, total = map(float, m.groups())
+        decimals = len(m.group(9).split(".")[1]) if "." in m.group(9) else 0
+        assert abs(c + tp + pp + b + dp - hid + opt + off - total) <= 5 * 10 ** -decimals, line
+PY
 
 run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware cpu-2core --top 50 --json \
   --write "$WORK/best.yaml"
@@ -86,16 +100,55 @@ expect_contains "$(cat "$WORK/here.yaml")" "# Source: strata plan --calibrate on
 run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware "$WORK/here.yaml" --top 1
 expect_contains "$OUT" "on 2 × here (2 per node)"
 
+# A CPU profile's node rates were measured with its ranks per node all running: one rank alone gets
+# its share of them, not the node's (a rank's own passes use one core).
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 1 --hardware cpu-2core --explain --json
+one=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$OUT")
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware cpu-2core --explain --json
+two=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$OUT")
+python3 -c 'import sys; one, two = map(float, sys.argv[1:]); assert one < 0.6 * two, (one, two)' "$one" "$two" \
+  || fail "one rank of a 2-rank CPU profile predicted $one tokens/s against $two for two"
+# ZeRO at DP 1 shards nothing: listed only where it carries offload.
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 1 --hardware h100-sxm --top 1000 --json
+python3 - "$OUT" <<'PY' || fail "a ZeRO stage above 0 at DP 1 without offload was listed"
+import json, sys
+layouts = json.loads(sys.argv[1])["layouts"]
+assert layouts and all(l["zero_stage"] == 0 or l["offload_optimizer"] != "none" for l in layouts if l["dp"] == 1)
+PY
+
 # Bad input: exit 2 with the reason.
+run_expect 2 "$STRATA" plan --config "$WORK" --gpus 2
+expect_contains "$OUT" "is a directory, not a YAML or JSON file"
+# Options the mode asked for does not use are refused, not ignored.
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware cpu-2core --explain --write "$WORK/x.yaml"
+expect_contains "$OUT" "--explain predicts the config's own layout: --write has no effect with it"
+[ ! -e "$WORK/x.yaml" ] || fail "--explain --write wrote a file"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware cpu-2core --out "$WORK/x.yaml"
+expect_contains "$OUT" "--out is the profile --calibrate writes"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware cpu-2core --write ""
+expect_contains "$OUT" "--write: expected a file name"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware cpu-2core --write "$WORK/./tiny.yaml"
+expect_contains "$OUT" "that is the config being planned"
+run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware cpu-2core --set train_batch_size=5 \
+  --set model.n_layer=1 --set model.n_head=1 --set train_micro_batch_size_per_gpu=5
+expect_contains "$OUT" "no layout of 2 GPUs is valid for this config: a split DP × TP × PP of them needs DP to divide the global batch (5)"
+# A global batch in the millions plans in well under a minute (pipelines extrapolated past 8p micro-batches).
+run_expect 0 timeout 60 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware cpu-2core --top 1 \
+  --set train_batch_size=16777216
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware tpu-v9
 expect_contains "$OUT" "unknown profile 'tpu-v9'; known: a100-sxm-80gb, cpu-2core, h100-sxm, h200-sxm"
 grep -v '^peak_tflops_16bit' "$SRC/configs/hardware/h100-sxm.yaml" | sed 's/^gpus_per_node: 8/gpus_per_node: 8\nnvlink: 4/' \
-  | sed 's/^attention_kernel:.*/attention_kernel: flashy/; s/^multiprocessors:.*/multiprocessors: -4/' > "$WORK/broken.yaml"
+  | sed 's/^attention_kernel:.*/attention_kernel: flashy/; s/^multiprocessors:.*/multiprocessors: -4/' \
+  | sed 's/^gpus_per_node:.*/gpus_per_node: 2.5/; s/^name:.*/name: [a, b]/' > "$WORK/broken.yaml"
+echo "memory_gib: 40" >> "$WORK/broken.yaml"
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware "$WORK/broken.yaml"
 expect_contains "$OUT" "broken.yaml: peak_tflops_16bit: missing"
 expect_contains "$OUT" "broken.yaml: nvlink: unknown key"
 expect_contains "$OUT" "broken.yaml: attention_kernel: missing or not fused or unfused"
 expect_contains "$OUT" "broken.yaml: multiprocessors: not a number in [0, 100000]"
+expect_contains "$OUT" "broken.yaml: gpus_per_node: not a whole number"
+expect_contains "$OUT" "broken.yaml: name: missing or not a word"
+expect_contains "$OUT" "broken.yaml: memory_gib: given twice"
 # The attention kernel a profile names is the one it predicts: stored scores cost more.
 sed 's/^attention_kernel:.*/attention_kernel: unfused/' "$SRC/configs/hardware/h100-sxm.yaml" > "$WORK/unfused.yaml"
 run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 1 --hardware h100-sxm --explain --json

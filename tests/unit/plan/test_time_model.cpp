@@ -194,3 +194,24 @@ TEST_CASE("a matrix product pays for partly filled edge tiles and a part-empty l
   CHECK(tiled.forward - whole.forward == Approx(per_col * (3072 * two + 1024 * one + 4096 * three + 4096 * one)));
   CHECK(tiled.backward - whole.backward == Approx(per_col * (3072 * one + 1024 * one + 4096 * one + 4096 * three)));
 }
+
+TEST_CASE("a step of many micro-batches is the simulated one extended at its last p micro-batches' rate") {
+  // The schedules' steady phase repeats every p micro-batches: extending from 4p gives what the
+  // whole step's tables give, for every schedule and cost ratio.
+  for (PipeSchedule kind : {PipeSchedule::GPipe, PipeSchedule::OneFOneB, PipeSchedule::Interleaved}) {
+    for (int p : {2, 3, 4, 8}) {
+      for (int v : {1, 2, 3}) {
+        if ((v > 1) != (kind == PipeSchedule::Interleaved)) continue;
+        for (double ratio : {2.0, 2.375, 3.1}) {
+          for (int m : {5 * p, 9 * p, 16 * p}) {
+            const PipeShape shape{kind, p, v, m};
+            INFO(pipe_schedule_name(kind) << " p=" << p << " v=" << v << " m=" << m << " ratio=" << ratio);
+            const double whole = pipeline_makespan(shape, ratio, 64);
+            CHECK(whole == Approx(simulate_pipeline(shape, 1.0, ratio).makespan).epsilon(1e-9));
+            CHECK(pipeline_makespan(shape, ratio, 4) == Approx(whole).epsilon(1e-9));
+          }
+        }
+      }
+    }
+  }
+}
