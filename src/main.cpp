@@ -37,8 +37,9 @@ const CLI::Validator kWholeCount(
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != text.size() || value < 1 || value > std::numeric_limits<int>::max())
-        return "expected a whole number from 1 to " + std::to_string(std::numeric_limits<int>::max()) + ", got '" +
+      if (used != text.size() || value < 1) return "expected a whole number of 1 or more, got '" + text + "'";
+      if (value > std::numeric_limits<int>::max())
+        return "expected a whole number of at most " + std::to_string(std::numeric_limits<int>::max()) + ", got '" +
                text + "'";
       return "";
     },
@@ -126,8 +127,10 @@ void add_plan_command(CLI::App& app, Commands& c) {
   c.plan->add_option("--top", o.top, "Layouts shown (default 5)")->check(kWholeCount);
   c.plan->add_option("--write", o.write_path, "Write the best layout as a config `strata train` runs")->check(kFileName);
   c.plan->add_option("--keep", o.keep,
-                     "Axes held at the config's value, comma-separated: grid, schedule, sp, micro_batch, zero, "
-                     "recompute, offload");
+                     "Axes held at the config's value, comma-separated (or --keep given again): grid, schedule, sp, "
+                     "micro_batch, zero, recompute, offload")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::Join);
   c.plan->add_flag("--tp-across-nodes", o.tp_across_nodes, "Let tensor parallelism span nodes");
   c.plan->add_flag("--explain", o.explain, "Predict the config's own layout on --gpus ranks, with its breakdown");
   c.plan->add_flag("--json", o.json, "Print JSON (the plan as one object, its layouts a list)");

@@ -109,6 +109,7 @@ Measured measure_backend(Backend& be, Comm& world, const Shape& s, DType dt) {
   const int64_t N = x.N, C = x.C;
   // The peak: a large square product (and on a GPU an fp32 one, which runs without tensor cores).
   const bool gpu = be.device() == Device::CUDA;
+  log_info("calibrate: matrix products (a large one, then the layer's own forward and backward)");
   m.peak_tflops = square_product_tflops(be, world, gpu ? 8192 : 1024, dt);
   m.peak_fp32_tflops = gpu ? square_product_tflops(be, world, 4096, DType::F32) : m.peak_tflops;
   const Tensor w = x.w.view(0, dt, {C, 4 * C}), dw = x.dw.view(0, dt, {C, 4 * C});
@@ -122,11 +123,13 @@ Measured measure_backend(Backend& be, Comm& world, const Shape& s, DType dt) {
   const Tensor out = x.b.view(0, dt, {s.batch, s.seq, C}), dout = x.b.view(N * C * x.e, dt, {s.batch, s.seq, C});
   const Tensor lse = x.stats.view(static_cast<size_t>(N * 8), DType::F32, {s.batch, s.n_head, s.seq});
   const int heads = static_cast<int>(s.n_head);
+  log_info("calibrate: the attention core forward and backward");
   const double attn = best_seconds(be, world, 3, [&] {
     be.attention_forward(out, lse, qkv, heads);
     be.attention_backward(dqkv, dout, qkv, out, lse, heads);
   });
   m.attn_tflops = 3.5 * 2.0 * C * s.seq * N / attn / 1e12;
+  log_info("calibrate: a layer's elementwise passes, memory bandwidth, a tiny kernel");
   const double elementwise = best_seconds(be, world, 5, [&] {
     for (int i = 0; i < 2; ++i) {
       be.layernorm_forward(x.rows(x.b, C), x.stat(0), x.stat(1), x.rows(x.a, C), x.vec(x.w), x.vec(x.dw));

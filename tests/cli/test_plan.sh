@@ -116,6 +116,12 @@ layouts = json.loads(sys.argv[1])["layouts"]
 assert layouts and all(l["zero_stage"] == 0 or l["offload_optimizer"] != "none" for l in layouts if l["dp"] == 1)
 PY
 
+# --keep given twice is the same as its axes comma-separated.
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware cpu-2core --keep zero --keep recompute --json
+twice="$OUT"
+run_expect 0 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware cpu-2core --keep zero,recompute --json
+[ "$twice" = "$OUT" ] || fail "--keep zero --keep recompute planned otherwise than --keep zero,recompute"
+
 # Bad input: exit 2 with the reason.
 run_expect 2 "$STRATA" plan --config "$WORK" --gpus 2
 expect_contains "$OUT" "is a directory, not a YAML or JSON file"
