@@ -16,6 +16,11 @@ std::string join_errors(const std::vector<std::string>& errors) {
 UserErrors::UserErrors(std::vector<std::string> errors, RaisedOn raised_on)
     : UserError(join_errors(errors), raised_on), errors_(std::move(errors)) {}
 
+std::string first_message(const UserError& e) {
+  const auto* many = dynamic_cast<const UserErrors*>(&e);
+  return many && !many->errors().empty() ? many->errors().front() : std::string(e.what());
+}
+
 void rethrow_on_every_rank(const UserError& e) {
   if (const auto* many = dynamic_cast<const UserErrors*>(&e)) throw UserErrors(many->errors(), RaisedOn::EveryRank);
   throw UserError(e.what(), RaisedOn::EveryRank);

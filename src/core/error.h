@@ -38,6 +38,9 @@ class UserErrors : public UserError {
   std::vector<std::string> errors_;
 };
 
+// Its first message (the whole of a single error's): the one to quote where one line is shown.
+std::string first_message(const UserError& e);
+
 // The same error (one or several messages), marked as raised on every rank.
 [[noreturn]] void rethrow_on_every_rank(const UserError& e);
 

@@ -64,11 +64,6 @@ std::vector<std::pair<PipeSchedule, int>> schedules(const Config& cfg, const Pla
   return out;
 }
 
-std::string first_error(const UserError& e) {
-  const auto* many = dynamic_cast<const UserErrors*>(&e);
-  return many && !many->errors().empty() ? many->errors().front() : std::string(e.what());
-}
-
 template <typename T>
 std::vector<T> axis(bool vary, std::vector<T> all, T kept) {
   return vary ? all : std::vector<T>{kept};
@@ -113,7 +108,7 @@ std::vector<Prediction> plan_layouts(const Config& cfg, const HardwareProfile& h
                 try {
                   c = config_for_layout(cfg, l, req.overlap_comm);
                 } catch (const UserError& e) {
-                  if (refusal && refusal->empty()) *refusal = first_error(e);
+                  if (refusal && refusal->empty()) *refusal = first_message(e);
                   continue;  // the config's rules refuse this combination
                 }
                 Prediction p = predict_layout(c, hw, gpn);

@@ -37,10 +37,7 @@ Config load_plan_config(const PlanOptions& o, int gpus, std::string* refused) {
     return load_config_file(o.config_path, o.overrides, gpus);
   } catch (const UserError& e) {
     if (o.explain) throw;
-    if (refused) {
-      const auto* many = dynamic_cast<const UserErrors*>(&e);
-      *refused = many && !many->errors().empty() ? many->errors().front() : std::string(e.what());
-    }
+    if (refused) *refused = first_message(e);
   }
   // Its grid or batch split does not fit `gpus`: read it with TP and PP of 1 on them or, when
   // train_batch_size is given, on one rank with micro-batch 1. If that fails too, the config's

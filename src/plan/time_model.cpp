@@ -223,7 +223,8 @@ ChunkCost chunk_cost(const ModelShape& m, const HardwareProfile& hw, const Chunk
   if (c.head) {  // final layernorm, logits (2hV per token), the fused softmax cross-entropy
     const double V = m.padded_vocab;
     const double logits = matrix_product_s(N, V / t, h, 1, hw, gemm_rate);
-    const double logits_backward = matrix_product_s(N, h, V / t, 1, hw, gemm_rate) + matrix_product_s(h, V / t, N, 1, hw, gemm_rate, true);
+    const double logits_backward =
+        matrix_product_s(N, h, V / t, 1, hw, gemm_rate) + matrix_product_s(h, V / t, N, 1, hw, gemm_rate, true);
     cost.forward += 4 * h * e * rows / byte_rate + logits + 8 * N * V / t / byte_rate + 4 * op;
     cost.backward += 8 * h * e * rows / byte_rate + logits_backward + 8 * N * V / t / byte_rate + 6 * op;
     if (m.sp) cost.tp_forward += tp_one / 2, cost.tp_backward += tp_one / 2;  // gather/scatter of the rows
