@@ -172,9 +172,10 @@ void add_data_commands(CLI::App& app, Commands& c) {
 }
 
 void add_commands(CLI::App& app, Commands& c) {
-  // strata config CONFIG [--world-size N] [--set k=v]...
+  // strata config CONFIG [--world-size N] [--set k=v]... (CONFIG may also be given as --config, as
+  // train and plan take it)
   c.config = app.add_subcommand("config", "Validate a config and print it resolved, with derived values");
-  c.config->add_option("config", c.config_path, "YAML or ds_config JSON file");
+  c.config->add_option("config,-c,--config", c.config_path, "YAML or ds_config JSON file");
   c.config->add_option("--world-size", c.config_world_size, "Number of ranks to resolve for")->check(kWholeCount);
   c.config->add_option("--set", c.overrides, "Override a key: a.b.c=value (repeatable)");
   c.config->add_flag("--explain-deepspeed", c.explain_deepspeed,

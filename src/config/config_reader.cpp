@@ -223,8 +223,14 @@ void MapReader::read(const std::string& key, int& out) {
     log_->add(key_path(key), "expected an integer, got '" + node->Scalar() + "'");
     return;
   }
-  if (v < INT_MIN || v > INT_MAX) {
-    log_->add(key_path(key), fmt::format("must be in {}..{}, got {}", INT_MIN, INT_MAX, v));
+  // The field's own bound (≥ 1 for most) is checked later; here only what an int holds, said
+  // from the side that was passed.
+  if (v > INT_MAX) {
+    log_->add(key_path(key), fmt::format("must be at most {}, got {}", INT_MAX, v));
+    return;
+  }
+  if (v < INT_MIN) {
+    log_->add(key_path(key), fmt::format("must be at least {}, got {}", INT_MIN, v));
     return;
   }
   out = static_cast<int>(v);

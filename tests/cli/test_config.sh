@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `strata config`: five mistakes reported at once with key paths and exit 2; did-you-mean;
-# the shipped ds_config resolves at world size 8; --set overrides; the resolved config loads back
-# as itself; every shipped config validates.
+# the shipped ds_config resolves at world size 8; --set overrides; the file given as --config too;
+# the resolved config loads back as itself; every shipped config validates.
 source "$(dirname "$0")/../lib/common.sh"
 
 cat > "$WORK/bad.yaml" <<'YAML'
@@ -54,6 +54,10 @@ run_expect 0 "$STRATA" config "$SRC/configs/quickstart.yaml" --set optimizer.par
 expect_contains "$OUT" "iters: 7"
 run_expect 2 "$STRATA" config "$SRC/configs/quickstart.yaml" --set train.itres=7
 expect_contains "$OUT" "did you mean iters"
+# The file may be named as train and plan take it (--config), with the same result.
+run_expect 0 "$STRATA" config --config "$SRC/configs/quickstart.yaml" --set train.iters=7
+expect_contains "$OUT" "iters: 7"
+run_expect 2 "$STRATA" config --config "$SRC/configs/quickstart.yaml" --deepspeed-keys
 
 # The resolved config loads back as the same config (the derived values are comments), and
 # the stage-3 key it writes at strata's default draws no "changes nothing" note.

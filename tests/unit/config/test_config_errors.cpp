@@ -66,7 +66,7 @@ TEST_CASE("wrong types are reported with the expected type and the value found")
   CHECK(tiny_problems("optimizer: {type: Lamb}\n") ==
         std::vector<std::string>{"optimizer.type: 'Lamb' is not supported; supported: AdamW, Adam"});
   CHECK(tiny_problems("", {"model.n_layer=99999999999"}) ==
-        std::vector<std::string>{"model.n_layer: must be in -2147483648..2147483647, got 99999999999 (set by --set model.n_layer)"});
+        std::vector<std::string>{"model.n_layer: must be at most 2147483647, got 99999999999 (set by --set model.n_layer)"});
   CHECK(tiny_problems("gradient_clipping: .inf\n") ==
         std::vector<std::string>{"gradient_clipping: expected a number, got '.inf'"});
 }
