@@ -228,7 +228,7 @@ void add_commands(CLI::App& app, Commands& c) {
   c.export_hf = app.add_subcommand("export", "Write a checkpoint as a HuggingFace GPT-2 folder");
   c.export_hf->add_option("--checkpoint", c.export_checkpoint, "Checkpoint step directory, or a checkpoint root (uses latest)")
       ->required();
-  c.export_hf->add_option("--out", c.export_out, "Output directory")->required();
+  c.export_hf->add_option("--out", c.export_out, "Output directory")->required()->check(kFileName);
 }
 
 // strata config: the resolved config in file format (the DeepSpeed notes as comments above it),

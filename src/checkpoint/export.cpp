@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 #include "checkpoint/box.h"
 #include "checkpoint/checkpoint.h"
@@ -47,6 +48,77 @@ std::vector<ExportTensor> gpt2_tensors(int64_t n_layer, int64_t c, int64_t vocab
   return list;
 }
 
+// Writes model.safetensors into out_dir (created if need be) through a temporary file; a failure
+// part-way (a checkpoint file that fails its checksum, a full disk) leaves neither the temporary
+// file nor a folder the export created.
+std::string write_weights(const SafetensorsWriter& writer, const std::string& out_dir) {
+  if (ckpt::path_exists(out_dir) && !ckpt::is_directory(out_dir)) {
+    throw UserError("export: " + out_dir + ": exists and is not a directory");
+  }
+  const bool created = !ckpt::path_exists(out_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw UserError("export: cannot create " + out_dir + ": " + ec.message());
+  const std::string weights = ckpt::join_path(out_dir, "model.safetensors");
+  const std::string weights_tmp = weights + ".tmp";
+  try {
+    writer.write(weights_tmp);
+  } catch (...) {
+    std::filesystem::remove(weights_tmp, ec);
+    if (created) std::filesystem::remove(out_dir, ec);  // only if still empty
+    throw;
+  }
+  if (::rename(weights_tmp.c_str(), weights.c_str()) != 0) {
+    throw UserError(weights + ": cannot rename " + weights_tmp + " to it: " + std::strerror(errno));
+  }
+  ckpt::fsync_directory(out_dir);
+  return weights;
+}
+
+// A sharded model an earlier save left in the folder (model.safetensors.index.json and its
+// model-NNNNN-of-NNNNN.safetensors) is removed, as transformers' save_pretrained removes stale
+// shards: beside the new model.safetensors it would be a second, older model in the folder.
+void remove_stale_shards(const std::string& out_dir) {
+  const std::regex shard(R"(model-\d+-of-\d+\.safetensors)");
+  std::vector<std::filesystem::path> stale;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "model.safetensors.index.json" || std::regex_match(name, shard)) stale.push_back(entry.path());
+  }
+  for (const auto& path : stale) {
+    if (!std::filesystem::remove(path, ec)) {
+      throw UserError("export: cannot remove the stale " + path.string() + ": " + ec.message());
+    }
+    log_info("export: removed {}, left by an earlier sharded save", path.string());
+  }
+  if (!stale.empty()) ckpt::fsync_directory(out_dir);
+}
+
+// The config.json transformers' GPT2LMHeadModel loads the weights with. GPT-2's tokenizer ends a
+// text with <|endoftext|> (50256), which is its bos and eos; another vocabulary has no known one.
+nlohmann::ordered_json gpt2_config(const nlohmann::json& model, int64_t n_layer, int64_t n_head, int64_t d_model,
+                                   int64_t vocab, int64_t seq_len) {
+  const nlohmann::json end_of_text = vocab == 50257 ? nlohmann::json(50256) : nlohmann::json(nullptr);
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", vocab},
+          {"n_positions", seq_len},
+          {"n_ctx", seq_len},
+          {"n_embd", d_model},
+          {"n_layer", n_layer},
+          {"n_head", n_head},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", model.value("layer_norm_epsilon", 1e-5)},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"bos_token_id", end_of_text},
+          {"eos_token_id", end_of_text},
+          {"tie_word_embeddings", true},
+          {"torch_dtype", "float32"}};
+}
+
 }  // namespace
 
 void export_huggingface(const std::string& checkpoint_path, const std::string& out_dir) {
@@ -84,37 +156,10 @@ void export_huggingface(const std::string& checkpoint_path, const std::string& o
     });
   }
   writer.set_metadata("format", "pt");
-
-  if (ckpt::path_exists(out_dir) && !ckpt::is_directory(out_dir)) {
-    throw UserError("export: " + out_dir + ": exists and is not a directory");
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw UserError("export: cannot create " + out_dir + ": " + ec.message());
-
-  const std::string weights = ckpt::join_path(out_dir, "model.safetensors");
-  const std::string weights_tmp = weights + ".tmp";
-  writer.write(weights_tmp);
-  if (::rename(weights_tmp.c_str(), weights.c_str()) != 0) {
-    throw UserError(weights + ": cannot rename " + weights_tmp + " to it: " + std::strerror(errno));
-  }
-  ckpt::fsync_directory(out_dir);
-  const nlohmann::ordered_json config = {{"architectures", {"GPT2LMHeadModel"}},
-                                         {"model_type", "gpt2"},
-                                         {"vocab_size", vocab},
-                                         {"n_positions", seq_len},
-                                         {"n_ctx", seq_len},
-                                         {"n_embd", d_model},
-                                         {"n_layer", n_layer},
-                                         {"n_head", n_head},
-                                         {"activation_function", "gelu_new"},
-                                         {"layer_norm_epsilon", model.value("layer_norm_epsilon", 1e-5)},
-                                         {"resid_pdrop", 0.0},
-                                         {"embd_pdrop", 0.0},
-                                         {"attn_pdrop", 0.0},
-                                         {"tie_word_embeddings", true},
-                                         {"torch_dtype", "float32"}};
-  ckpt::write_file_atomic(ckpt::join_path(out_dir, "config.json"), config.dump(2) + "\n");
+  const std::string weights = write_weights(writer, out_dir);
+  remove_stale_shards(out_dir);
+  ckpt::write_file_atomic(ckpt::join_path(out_dir, "config.json"),
+                          gpt2_config(model, n_layer, n_head, d_model, vocab, seq_len).dump(2) + "\n");
   log_info("export: wrote {} and config.json ({} layers, vocab {}) from step {}", weights, n_layer, vocab,
            reader.step());
 }

@@ -23,20 +23,20 @@ const std::set<std::string>& layer_tensor_suffixes() {
   return suffixes;
 }
 
-// Buffers and tied copies a HuggingFace GPT-2 file may carry besides its parameters.
+// Buffers and tied copies a HuggingFace GPT-2 file may carry besides its parameters (lm_head.weight
+// is wte's: transformers ties them on loading unless tie_word_embeddings is false, refused above).
 bool is_buffer(const std::string& name, const std::string& suffix, int64_t layer) {
   return name == "lm_head.weight" || (layer >= 0 && (suffix == "attn.bias" || suffix == "attn.masked_bias"));
 }
 
-// The safetensors files of the folder: the index's, or model.safetensors.
+// The safetensors files of the folder: model.safetensors, or else the shards its index names
+// (transformers' own order, so a folder holding both is the same model here as there).
 std::vector<std::string> weight_files(const std::string& dir, const std::string& where) {
   const std::string index_path = ckpt::join_path(dir, kIndexFile);
+  if (ckpt::path_exists(ckpt::join_path(dir, kWeightsFile))) return {kWeightsFile};
   if (!ckpt::path_exists(index_path)) {
-    if (!ckpt::path_exists(ckpt::join_path(dir, kWeightsFile))) {
-      throw UserError(fmt::format("{}: neither {} nor {} is there: not a HuggingFace model folder", where,
-                                  kWeightsFile, kIndexFile));
-    }
-    return {kWeightsFile};
+    throw UserError(fmt::format("{}: neither {} nor {} is there: not a HuggingFace model folder", where, kWeightsFile,
+                                kIndexFile));
   }
   std::set<std::string> files;
   try {
@@ -53,12 +53,44 @@ std::vector<std::string> weight_files(const std::string& dir, const std::string&
   return {files.begin(), files.end()};
 }
 
-// n_layer, n_head, d_model, vocab_size, seq_len from config.json (GPT-2's key names).
+// The keys of a GPT-2 config.json that change the function the weights compute, with the one
+// value strata builds (absent keys take transformers' GPT-2 defaults, which are these): a folder
+// that sets another is a different model, which loaded here would train silently as GPT-2.
+void check_gpt2_architecture(const nlohmann::json& c, const std::string& where) {
+  auto refuse = [&](const char* key, const std::string& why) {
+    throw UserError(fmt::format("{}: config.json sets {} {}; {}", where, key, c.at(key).dump(), why));
+  };
+  if (c.contains("model_type") && c["model_type"] != "gpt2") refuse("model_type", "strata imports GPT-2 (gpt2) only");
+  if (c.contains("activation_function") && c["activation_function"] != "gelu_new" &&
+      c["activation_function"] != "gelu_pytorch_tanh") {
+    refuse("activation_function", "strata's MLP uses GELU's tanh form (gelu_new)");
+  }
+  if (c.contains("layer_norm_epsilon") &&
+      !(c["layer_norm_epsilon"].is_number() && c["layer_norm_epsilon"].get<double>() == 1e-5)) {
+    refuse("layer_norm_epsilon", "strata's layernorms use 1e-5");
+  }
+  if (c.contains("tie_word_embeddings") && c["tie_word_embeddings"] != true) {
+    refuse("tie_word_embeddings", "strata's output layer is the token embedding (wte), so lm_head.weight cannot differ");
+  }
+  if (c.contains("n_inner") && !c["n_inner"].is_null() && c["n_inner"] != 4 * c.at("n_embd").get<int64_t>()) {
+    refuse("n_inner", "strata's MLP is 4 × n_embd wide");
+  }
+  if (c.contains("scale_attn_weights") && c["scale_attn_weights"] != true) {
+    refuse("scale_attn_weights", "strata scales the attention scores by 1/sqrt(head size)");
+  }
+  if (c.contains("scale_attn_by_inverse_layer_idx") && c["scale_attn_by_inverse_layer_idx"] != false) {
+    refuse("scale_attn_by_inverse_layer_idx", "strata does not scale attention by layer");
+  }
+}
+
+// n_layer, n_head, d_model, vocab_size, seq_len from config.json (GPT-2's key names), after
+// checking that its architecture is the one strata builds.
 nlohmann::json model_dims(const std::string& dir, const std::string& where) {
   const std::string path = ckpt::join_path(dir, "config.json");
   if (!ckpt::path_exists(path)) throw UserError(fmt::format("{}: no config.json: not a HuggingFace model folder", where));
   try {
     const nlohmann::json c = nlohmann::json::parse(ckpt::read_text_file(path));
+    check_gpt2_architecture(c, where);
     return {{"n_layer", c.at("n_layer")}, {"n_head", c.at("n_head")},         {"d_model", c.at("n_embd")},
             {"vocab_size", c.at("vocab_size")}, {"seq_len", c.at("n_positions")}};
   } catch (const nlohmann::json::exception& e) {

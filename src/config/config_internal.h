@@ -146,6 +146,9 @@ std::vector<ConfigError> check_config(const Config& cfg, int world_size);
 // The model shape after applying the preset; nullopt fields stay unset when neither the
 // preset nor the file gives them (validation reports that).
 ModelConfig expand_preset(const ModelConfig& model);
+// Why model.init_from's folder cannot give the model's dimensions ("" when it is a folder with a
+// config.json object, whose missing keys are then named one by one).
+std::string huggingface_folder_problem(const std::string& dir);
 const ModelPreset* find_preset(const std::string& name);
 
 // The three batch sizes, from whichever of them are given and the data-parallel size.

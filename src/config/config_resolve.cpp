@@ -3,6 +3,7 @@
 // MFU and memory estimates are computed from.
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 
 #include "config/config_internal.h"
@@ -51,6 +52,21 @@ ModelPreset huggingface_dims(const std::string& dir) {
 }
 
 }  // namespace
+
+std::string huggingface_folder_problem(const std::string& dir) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(status)) return "does not exist";
+  if (!std::filesystem::is_directory(status)) return "is not a directory (a HuggingFace model folder is)";
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec)) {
+    return "has no config.json: not a HuggingFace model folder (a strata checkpoint is exported to one with "
+           "`strata export`)";
+  }
+  std::ifstream in(dir + "/config.json");
+  const nlohmann::json c = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (c.is_discarded() || !c.is_object()) return "config.json is not a JSON object";
+  return "";
+}
 
 ModelConfig expand_preset(const ModelConfig& model) {
   ModelConfig out = model;

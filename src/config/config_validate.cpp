@@ -230,8 +230,15 @@ void check_model(const Config& c, Problems& p) {
   const ModelConfig m = expand_preset(given);
   const std::pair<const char*, std::optional<int>> dims[] = {
       {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head}, {"model.d_model", m.d_model}};
+  const bool missing = given.preset.empty() && (!m.n_layer || !m.n_head || !m.d_model);
+  const std::string folder_problem =
+      missing && !given.init_from.empty() ? huggingface_folder_problem(given.init_from) : "";
+  if (!folder_problem.empty()) {
+    p.add("model.init_from", given.init_from + " " + folder_problem +
+                                 "; it was to give the model's n_layer, n_head and d_model, which are not set");
+  }
   for (const auto& dim : dims) {
-    if (dim.second || !given.preset.empty()) continue;
+    if (dim.second || !given.preset.empty() || !folder_problem.empty()) continue;
     if (given.init_from.empty()) {
       p.add(dim.first, "required without a preset (or set model.preset: one of " + preset_names() + ")");
     } else {

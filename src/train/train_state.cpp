@@ -239,6 +239,12 @@ void read_pretrained_weights(const std::string& dir, Engine& engine) {
   const std::string where = "model.init_from: " + reader.path();
   const GptDims& dims = engine.model().dims();
   const nlohmann::json& folder = reader.global_meta().at("model");
+  // The head count shapes no tensor, so only config.json can say the model splits them otherwise.
+  if (folder.at("n_head") != dims.n_head) {
+    throw UserError(fmt::format("{}: its config.json says n_head {} but the model has {} heads; set model.n_head to the "
+                                "folder's or leave it unset",
+                                where, folder.at("n_head").dump(), dims.n_head));
+  }
   // No tensor the model lacks: a deeper folder would otherwise start a shallower model silently.
   for (const std::string& key : reader.tensor_names()) {
     const std::string name = key.substr(6);  // after "model."

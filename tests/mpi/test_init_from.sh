@@ -5,7 +5,10 @@
 # from a folder sharded into two files with an index, with HF's "transformer." prefix, attention
 # mask buffers and the tied lm_head.weight. The model's dimensions come from config.json when the
 # config leaves them out; wpe may hold more positions than seq_len. A resume does not read the
-# folder (and says so). Mismatches are exit 2 before the first step, naming the tensor.
+# folder (and says so). Mismatches are exit 2 before the first step, naming the tensor, the head
+# count or the config.json key (a folder that is not GPT-2 as strata builds it). model.safetensors
+# wins over an index beside it; an export over a sharded save removes its shards, and a failed
+# export leaves nothing.
 source "$(dirname "$0")/../lib/common.sh"
 PY="${STRATA_PYTHON3:-python3}"
 make_text_data "$WORK/data"
@@ -93,6 +96,30 @@ with open(path, "wb") as f:
 PY
 again sharded 2 "$WORK/hf_sharded" --set zero_optimization.stage=2
 
+# A folder holding both model.safetensors and an index loads model.safetensors, as transformers
+# does (here the index names a file that is not there: read, it would be refused).
+mkdir -p "$WORK/hf_both" && cp "$WORK/hf/model.safetensors" "$WORK/hf/config.json" "$WORK/hf_both/"
+echo '{"metadata": {}, "weight_map": {"wte.weight": "model-00001-of-00001.safetensors"}}' \
+  > "$WORK/hf_both/model.safetensors.index.json"
+again both 1 "$WORK/hf_both"
+
+# Exporting over a sharded save removes its index and shards (else the folder would hold two
+# models); a failed export (a corrupt checkpoint file) leaves neither a folder nor a temporary file.
+cp -r "$WORK/hf_sharded" "$WORK/over"
+run_expect 0 "$STRATA" export --checkpoint "$WORK/ck_trained" --out "$WORK/over"
+expect_contains "$OUT" "removed $WORK/over/model.safetensors.index.json, left by an earlier sharded save"
+[ "$(cd "$WORK/over" && echo *)" = "config.json model.safetensors" ] || fail "stale files: $(ls "$WORK/over")"
+cmp "$WORK/hf/model.safetensors" "$WORK/over/model.safetensors" || fail "the export over a sharded save differs"
+"$PY" -c "import json, sys; c = json.load(open(sys.argv[1])); assert c['eos_token_id'] is None, c" "$WORK/over/config.json" ||
+  fail "a byte-level model's config.json names an end-of-text token"
+cp -r "$WORK/ck_trained" "$WORK/ck_corrupt"
+rank_files=("$WORK"/ck_corrupt/step_*/rank_00000.safetensors)
+rank_file=${rank_files[-1]}
+"$PY" -c "import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); b[-100] ^= 0xff; open(p, 'wb').write(b)" "$rank_file"
+run_expect 2 "$STRATA" export --checkpoint "$WORK/ck_corrupt" --out "$WORK/failed"
+expect_contains "$OUT" "checksum mismatch"
+[ ! -e "$WORK/failed" ] || fail "a failed export left $(ls -a "$WORK/failed")"
+
 # Dimensions from config.json: the config gives no n_layer, n_head or d_model.
 grep -v '^model:' "$WORK/base.yaml" > "$WORK/no_dims.yaml"
 echo "model: {vocab_size: 256, seq_len: 32, init_from: \"$WORK/hf\"}" >> "$WORK/no_dims.yaml"
@@ -121,6 +148,21 @@ bad "tensor wte.weight has shape [256,32] in the folder but the model needs [256
 bad "tensor wpe.weight has shape [32,32] in the folder but the model needs [48,32]" \
   --set model.init_from="$WORK/hf" --set model.seq_len=48
 bad "model.init_from: $WORK/nowhere: not a directory" --set model.init_from="$WORK/nowhere"
+bad "its config.json says n_head 2 but the model has 1 heads" --set model.init_from="$WORK/hf" --set model.n_head=1
+# A config.json that sets what GPT-2 as strata builds it does not compute is another model.
+for change in 'model_type="llama"' 'activation_function="relu"' 'layer_norm_epsilon=0.1' \
+  'tie_word_embeddings=False' 'n_inner=100' 'scale_attn_weights=False' 'scale_attn_by_inverse_layer_idx=True'; do
+  key=${change%%=*}
+  mkdir -p "$WORK/arch_$key" && cp "$WORK/hf/model.safetensors" "$WORK/arch_$key/"
+  "$PY" -c "import json, sys; c = json.load(open(sys.argv[1])); c['$key'] = ${change#*=}; \
+json.dump(c, open(sys.argv[2], 'w'))" "$WORK/hf/config.json" "$WORK/arch_$key/config.json"
+  bad "config.json sets $key " --set model.init_from="$WORK/arch_$key"
+done
+# Without the dimensions in the config, a folder that cannot give them is named for what it is.
+run_expect 2 "$STRATA" config "$WORK/no_dims.yaml" --set model.init_from="$WORK/nowhere"
+expect_contains "$OUT" "model.init_from: $WORK/nowhere does not exist; it was to give the model's n_layer, n_head and d_model"
+run_expect 2 "$STRATA" config "$WORK/no_dims.yaml" --set model.init_from="$WORK/ck_trained"
+expect_contains "$OUT" "has no config.json: not a HuggingFace model folder"
 mkdir -p "$WORK/empty" && cp "$WORK/hf/config.json" "$WORK/empty/"
 bad "neither model.safetensors nor model.safetensors.index.json is there" --set model.init_from="$WORK/empty"
 mkdir -p "$WORK/odd" && cp "$WORK/hf/config.json" "$WORK/odd/"
