@@ -18,7 +18,10 @@
 # (config.yaml), log (train.log), metrics.jsonl, checkpoints/ and exit status (status). A point
 # that failed does not stop the sweep: its exit code and last error line go into the summary.
 # Re-running the same command skips the points that finished (status 0) and resumes the others
-# from their latest checkpoint. DIR/summary.csv and DIR/summary.md hold one row per point: the
+# (failed, or "stopped" by a signal after saving) from their latest checkpoint. The arguments
+# after -- go to every run; their --set overrides also to the checks and each config.yaml.
+# Exit status: 0 when every point finished, 1 when any did not (the summary says which), 2 for
+# a usage error. DIR/summary.csv and DIR/summary.md hold one row per point: the
 # axes, final train and validation loss, tokens/s, TFLOP/s per rank, MFU (GPUs), peak memory,
 # mean step time and exit status. A signal stops the running point cleanly (it saves) and the
 # sweep.
@@ -64,17 +67,20 @@ mkdir -p "$out" || die "cannot create $out"
 out="$(cd "$out" && pwd)"
 base="$(cd "$(dirname "$base")" && pwd)/$(basename "$base")"
 
+# The --set overrides among the arguments for strata train (after --): every run has them, so the
+# checks, the plan and each point's config.yaml see them too.
+extra_sets=()
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  [ "${extra[i]}" = --set ] && [ $((i + 1)) -lt ${#extra[@]} ] && extra_sets+=(--set "${extra[i + 1]}")
+done
+
 # The points, one per line, as "KEY=VALUE KEY=VALUE ...".
 points=()
 if [ -n "$from_plan" ]; then
   # The plan's layouts as points, and what it predicts for each (the summary puts it beside).
   top=$([ "$from_plan" = all ] && echo 1000000 || echo "$from_plan")
   # The runs' own --set overrides (after --) shape the model the plan is for.
-  plan_sets=()
-  for ((i = 0; i < ${#extra[@]}; i++)); do
-    [ "${extra[i]}" = --set ] && [ $((i + 1)) -lt ${#extra[@]} ] && plan_sets+=(--set "${extra[i + 1]}")
-  done
-  "$strata" plan --config "$base" "${plan_sets[@]}" --gpus "$np" --hardware "$hardware" --top "$top" --json \
+  "$strata" plan --config "$base" "${extra_sets[@]}" --gpus "$np" --hardware "$hardware" --top "$top" --json \
     > "$out/plan.json" || die "strata plan failed (see above)"
   grid="$out/plan_points.txt"
   # Each layout as the --set overrides that give it (the plan's own list).
@@ -132,11 +138,21 @@ point_name() {
   echo "$name" | tr -c 'A-Za-z0-9._=+\n-' '_'
 }
 
+# --only names points of this sweep (a typo would otherwise run nothing).
+if [ -n "$only" ]; then
+  names=()
+  for p in "${points[@]}"; do names+=("$(point_name "$p")"); done
+  IFS=, read -r -a wanted <<<"$only"
+  for w in "${wanted[@]}"; do
+    [[ " ${names[*]} " == *" $w "* ]] || die "--only: no point is named '$w'; the points: ${names[*]}"
+  done
+fi
+
 # Every point's config is checked before anything runs, so a typo fails at once.
 for p in "${points[@]}"; do
   sets=()
   for kv in $p; do sets+=(--set "$kv"); done
-  if ! "$strata" config "$base" "${sets[@]}" --world-size "$np" > /dev/null 2> "$out/.check.txt"; then
+  if ! "$strata" config "$base" "${extra_sets[@]}" "${sets[@]}" --world-size "$np" > /dev/null 2> "$out/.check.txt"; then
     echo "sweep: point '$p' (see below); the sweep records it as failed" >&2
     cat "$out/.check.txt" >&2
   fi
@@ -178,7 +194,7 @@ for p in "${points[@]}"; do
   for kv in $p; do sets+=(--set "$kv"); done
   sets+=(--set "logging.metrics_file=$dir/metrics.jsonl" --set "checkpoint.dir=$dir/checkpoints"
     --set checkpoint.resume=auto)
-  "$strata" config "$base" "${sets[@]}" --world-size "$np" > "$dir/config.yaml" 2>/dev/null || true
+  "$strata" config "$base" "${extra_sets[@]}" "${sets[@]}" --world-size "$np" > "$dir/config.yaml" 2>/dev/null || true
   echo "sweep: [$index/${#points[@]}] $name: $p"
   start=$SECONDS
   # The run gets a process group of its own (job control), so that a terminal's Ctrl-C or
@@ -199,8 +215,12 @@ for p in "${points[@]}"; do
     fi
     break
   done
-  echo "$rc" > "$dir/status"
-  echo "sweep: [$index/${#points[@]}] $name: exit $rc after $((SECONDS - start)) s"
+  # A run stopped by a signal saved and exits 0 without having finished: "stopped", which a re-run
+  # resumes (its log says whether the signal came through this script or straight to the run).
+  status=$rc
+  if [ "$rc" -eq 0 ] && { [ "$stop" -eq 1 ] || grep -qE "(signal [0-9]+ received|a stop signal reached another rank): " "$dir/train.log"; }; then status=stopped; fi
+  echo "$status" > "$dir/status"
+  echo "sweep: [$index/${#points[@]}] $name: exit $rc$([ "$status" = stopped ] && echo " (stopped, saved)") after $((SECONDS - start)) s"
   [ "$stop" -eq 0 ] || { echo "sweep: stopped by a signal; re-run the same command to continue"; break; }
 done
 
@@ -244,7 +264,8 @@ for p in points:
         log = [l.strip() for l in open(os.path.join(d, "train.log"), errors="replace")]
         # strata's own error lines first (mpirun's abort notice comes after them), a count
         # heading a list of problems left out; else anything that reads like a failure.
-        own = [l for l in log if re.search(r"(^|\] )error: ", l) and not re.search(r"error: \d+ problems? found:$", l)]
+        own = [l for l in log if (re.search(r"(^|\] )error: ", l) and not re.search(r"error: \d+ problems? found:$", l))
+               or re.search(r"arguments? (was|were) not expected|is required$", l)]
         broad = [l for l in log if re.search(r"error|abort|killed|not finite", l, re.I)]
         error = (own or broad or [""])[-1]
     mfu = [r["mfu"] for r in timed if r.get("mfu") is not None]
@@ -280,4 +301,5 @@ with open(os.path.join(out, "summary.md"), "w") as f:
 print(open(os.path.join(out, "summary.md")).read(), end="")
 failed = sum(1 for r in rows if r["status"] != "0")
 print(f"sweep: {len(rows)} point(s), {failed} not finished; {out}/summary.csv and summary.md")
+sys.exit(1 if failed else 0)
 PY

@@ -3,7 +3,8 @@
 # own folder and writes summary.csv/summary.md with one row per point (axes, losses, tokens/s,
 # memory, step time, status); a re-run skips the finished points. A --grid file with a point
 # whose config is invalid records that point's exit code (2) and error line and goes on with
-# the next; a point whose status is lost resumes from its own checkpoint.
+# the next (the sweep exits 1); a point whose status is lost, or that a signal stopped, resumes
+# from its own checkpoint. --only names points; the runs' --set reach checks and config.yaml.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 write_small_config "$WORK/base.yaml" "$WORK/data" "train: {iters: 3, seed: 4, eval_interval: 3, eval_iters: 1}"
@@ -48,7 +49,7 @@ optimizer.params.lr=0.001 gradient_clipping=0.5
 optimizer.params.lr=-1
 optimizer.params.lr=0.01
 TXT
-run_expect 0 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt"
+run_expect 1 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt"
 expect_contains "$OUT" "sweep: 3 point(s), 1 not finished"
 python3 - "$WORK/listed/summary.csv" <<'PY'
 import csv, sys
@@ -60,11 +61,19 @@ print("failed point recorded:", rows[1]["error"])
 PY
 # A point whose status was lost (a sweep killed mid-point) resumes from its checkpoint.
 rm "$WORK/listed/lr-0.01/status"
-run_expect 0 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt" --only lr-0.01
+run_expect 1 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt" --only lr-0.01
 grep -q "resumed from $WORK/listed/lr-0.01/checkpoints/step_00000003" "$WORK/listed/lr-0.01/train.log" ||
   { cat "$WORK/listed/lr-0.01/train.log"; fail "the point did not resume from its checkpoint"; }
+# --only names a point of the sweep; the arguments after -- reach the checks and config.yaml.
+run_expect 2 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt" --only lr-0.1
+expect_contains "$OUT" "--only: no point is named 'lr-0.1'; the points: lr-0.001__gradient_clipping-0.5 lr--1 lr-0.01"
+run_expect 1 "${sweep[@]}" --out "$WORK/typo" --axis train.seed=4 -- --set train.itres=2
+expect_contains "$OUT" "train.itres: unknown key; did you mean iters?"
+run_expect 0 "${sweep[@]}" --out "$WORK/extra" --axis train.seed=4 -- --set train.iters=2
+grep -q "^  iters: 2$" "$WORK/extra/seed-4/config.yaml" || fail "config.yaml lacks the run's own --set: $(cat "$WORK/extra/seed-4/config.yaml")"
 # Ctrl-C in a terminal (SIGINT to the sweep's process group): the running point saves and stops
-# (status 0, a checkpoint of its last step), the sweep stops; the same command continues it.
+# (status "stopped", a checkpoint of its last step), the sweep stops (exit 1: not every point
+# finished); the same command resumes the point (here to one step past its save, which finishes it).
 write_small_config "$WORK/long.yaml" "$WORK/data" "train: {iters: 100000000, seed: 4}"
 in_session "$SRC/scripts/sweep.sh" --config "$WORK/long.yaml" --out "$WORK/stopped" --np 2 --axis train.seed=4,5 \
   > "$WORK/stopped.log" 2>&1 < /dev/null &
@@ -74,10 +83,16 @@ kill -INT -- "-$sweep_job"
 set +e; wait "$sweep_job"; set -e
 grep -q "sweep: stopped by a signal; re-run the same command to continue" "$WORK/stopped.log" ||
   { cat "$WORK/stopped.log"; fail "the sweep did not stop"; }
-[ "$(cat "$WORK/stopped/seed-4/status")" = 0 ] || fail "the stopped point: status $(cat "$WORK/stopped/seed-4/status")"
+[ "$(cat "$WORK/stopped/seed-4/status")" = stopped ] || fail "the stopped point: status $(cat "$WORK/stopped/seed-4/status")"
 grep -q "saved checkpoint" "$WORK/stopped/seed-4/train.log" || fail "the stopped point saved nothing"
 [ ! -e "$WORK/stopped/seed-5/status" ] || fail "the sweep went on to the next point"
-echo "Ctrl-C: the running point saved and stopped, the sweep stopped"
+saved=$(sed -n 's/.*stopping after step \([0-9]*\).*/\1/p' "$WORK/stopped/seed-4/train.log" | tail -1)
+run_expect 0 "$SRC/scripts/sweep.sh" --config "$WORK/long.yaml" --out "$WORK/stopped" --np 2 --axis train.seed=4 \
+  -- --set train.iters=$((saved + 1))
+grep -q "resumed from $WORK/stopped/seed-4/checkpoints/step_$(printf %08d "$saved")" "$WORK/stopped/seed-4/train.log" ||
+  { cat "$WORK/stopped/seed-4/train.log"; fail "the stopped point was not resumed"; }
+[ "$(cat "$WORK/stopped/seed-4/status")" = 0 ] || fail "the resumed point: status $(cat "$WORK/stopped/seed-4/status")"
+echo "Ctrl-C: the running point saved and stopped, the sweep stopped; a re-run resumed the point"
 # --from-plan: the planner's best layouts for the ranks, predicted beside measured.
 run_expect 0 "${sweep[@]}" --out "$WORK/planned" --np 2 --from-plan 2 --hardware cpu-2core
 run_expect 0 "$STRATA" plan --config "$WORK/base.yaml" --gpus 2 --hardware cpu-2core --top 2 --json
