@@ -216,6 +216,9 @@ int Trainer::run() {
 int Trainer::run_loop() {
   const int64_t total = cfg_.train.iters;
   log_banner();
+  // The folder's lock first: a job refused for a folder in use writes nothing, not even the memory
+  // record into the metrics file the running job may share.
+  if (!cfg_.checkpoint.dir.empty()) prepare_checkpoint_dir();
   report_memory();
   // The memory record was the metrics file's first write: no use training without it.
   if (agree_to_stop()) {

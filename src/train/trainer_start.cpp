@@ -16,8 +16,7 @@ namespace strata {
 // Each rank finds and reads its checkpoint on its own (ranks on different nodes may see
 // different files); the ranks agree that all of them succeeded and start from the same step
 // before the first collective.
-void Trainer::start_state() {
-  if (!cfg_.checkpoint.dir.empty()) prepare_checkpoint_dir();
+void Trainer::start_state() {  // after prepare_checkpoint_dir
   std::string resume_path;
   const std::string source_key = "checkpoint.resume";
   bool resumed = false;

@@ -95,6 +95,11 @@ holder=$!
 wait_for_train_record "$WORK/busy.jsonl"
 cfg second "$WORK/busy"
 refused second "checkpoint.dir $WORK/busy: in use by another strata job (pid $holder on $(hostname)"
+# Refused before it writes anything, even into a metrics file it shares with the running job.
+memory_records=$(grep -c '"type":"memory"' "$WORK/busy.jsonl")
+run_expect 2 "$STRATA" train --config "$WORK/second.yaml" --set logging.metrics_file="$WORK/busy.jsonl"
+[ "$(grep -c '"type":"memory"' "$WORK/busy.jsonl")" -eq "$memory_records" ] ||
+  fail "the refused job wrote into the running job's metrics file"
 kill -9 "$holder"
 wait "$holder" 2>/dev/null || true
 run_expect 0 "$STRATA" train --config "$WORK/second.yaml" --set checkpoint.resume=none --set checkpoint.overwrite=true
