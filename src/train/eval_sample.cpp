@@ -8,11 +8,11 @@
 namespace strata {
 
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
-                                    int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
+                                    int64_t sequences, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop) {
   // The val split is read from its start in file order, identically at every evaluation.
   const GlobalSampler sampler(data, seq_len, /*shuffle=*/false, /*seed=*/0);
-  const int64_t total = std::min<int64_t>(batches * micro_batch, sampler.num_sequences());
+  const int64_t total = std::min<int64_t>(sequences, sampler.num_sequences());
   const int64_t n_batches = (total + micro_batch - 1) / micro_batch;
   // Batch b is evaluated by DP rank b mod DP in round b / DP, by every rank of that replica
   // (its TP ranks run the same forward together).

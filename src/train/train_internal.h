@@ -105,15 +105,16 @@ void dump_gradients(const std::string& path, Gpt& model, double divisor);
 // round, each sampled token); true when the ranks agreed to stop, and the task is abandoned.
 using StopCheck = std::function<bool()>;
 
-// Mean loss over `batches` micro-batches read from the start of the split. The DP replicas
-// share the batches (the TP ranks of one replica run each batch together) and gather the
+// Mean loss over the split's first `sequences` sequences (all of them if it has fewer), read in
+// micro-batches: the same set, and the same value, whatever the micro-batch or layout. The DP
+// replicas share the batches (the TP ranks of one replica run each batch together) and gather the
 // per-batch losses over `world` (ordered TP fastest, then DP), summed in batch order, so the
 // result is the single-rank value on every rank. lockstep: every DP rank runs the same number
 // of forwards (needed when forward communicates over DP, as with ZeRO-3). Each batch runs the
 // engine's forward (every pipeline stage and TP rank of a replica calls it); a batch's loss
 // counts from the world rank loss_rank(dp rank). nullopt when `stop` interrupted it.
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
-                                    int64_t batches, Comm& world, int dp_rank, int dp_size, bool lockstep,
+                                    int64_t sequences, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop);
 // The tokens a sample continues: logging.sample_prompt encoded with data.tokenizer, or byte by
 // byte in a byte-level vocabulary (256 ids). Without a prompt: the tokenizer's end of text, a

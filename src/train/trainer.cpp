@@ -126,8 +126,10 @@ bool Trainer::evaluate(int64_t step) {
   if (!val_data_) return true;
   const Timer t;
   const std::optional<double> val_loss =
-      evaluate_loss(engine_, *val_data_, dims_.seq_len, cfg_.derived.micro_batch, cfg_.train.eval_iters,
-                    topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
+      // train.eval_iters global batches, as Megatron counts them: a set that does not move with the
+      // micro-batch, so the points of a sweep over it compare.
+      evaluate_loss(engine_, *val_data_, dims_.seq_len, cfg_.derived.micro_batch,
+                    cfg_.train.eval_iters * static_cast<int64_t>(cfg_.derived.global_batch), topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
                     // the replica's first TP rank on the last pipeline stage
                     [this](int dp) { return grid_rank(topology_.shape(), {dp, cfg_.derived.pp_size - 1, 0}); },
                     [this] { return agree_to_stop(); });
