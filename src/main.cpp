@@ -239,11 +239,17 @@ int run_config(const Commands& c) {
     return 0;
   }
   if (c.config_path.empty()) throw strata::UserError("strata config: give a config file (or --deepspeed-keys)");
-  const strata::Config cfg = strata::load_config_file(c.config_path, c.overrides, c.config_world_size);
   if (c.explain_deepspeed) {
-    std::fputs(strata::explain_deepspeed(cfg).c_str(), stdout);
+    const strata::DeepSpeedExplanation explained =
+        strata::explain_deepspeed_file(c.config_path, c.overrides, c.config_world_size);
+    std::fputs(explained.listing.c_str(), stdout);
+    if (!explained.problems.empty()) {
+      std::fflush(stdout);
+      throw strata::UserErrors(explained.problems);  // the listing stands; the file does not load yet
+    }
     return 0;
   }
+  const strata::Config cfg = strata::load_config_file(c.config_path, c.overrides, c.config_world_size);
   for (const std::string& note : strata::deepspeed_notes(cfg)) std::printf("# %s\n", note.c_str());
   std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
   // The derived values as comments: the output loads back as the same config.

@@ -463,6 +463,15 @@ std::string derived_to_yaml(const Config& cfg);
 std::vector<std::string> deepspeed_notes(const Config& cfg);
 // Every DeepSpeed key of the file with its value and treatment, one aligned line each.
 std::string explain_deepspeed(const Config& cfg);
+// The same for a config file, also when it does not load (a ds_config without strata's model
+// keys, or with a refused key): then every DeepSpeed key is listed as written, refused ones with
+// their reason, and `problems` holds why the file does not load.
+struct DeepSpeedExplanation {
+  std::string listing;
+  std::vector<std::string> problems;
+};
+DeepSpeedExplanation explain_deepspeed_file(const std::string& path, const std::vector<std::string>& overrides,
+                                            int world_size);
 // Every key of DeepSpeed's config with its meaning and what strata does, as a Markdown table
 // (the README's; `strata config --deepspeed-keys` prints it).
 std::string deepspeed_keys_markdown();

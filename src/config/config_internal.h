@@ -128,7 +128,8 @@ std::vector<std::string> scheduler_param_names(LrScheduleType type);
 // Parses a YAML tree into cfg; problems go to log.
 void parse_config_tree(const YAML::Node& root, Config& cfg, ErrorLog& log);
 // The tree's DeepSpeed keys, each with what strata does with it (cfg.deepspeed_keys).
-void list_deepspeed_keys(const YAML::Node& root, Config& cfg);
+// with_refused: the refused keys too, each with its reason (for a config that does not load).
+void list_deepspeed_keys(const YAML::Node& root, Config& cfg, bool with_refused = false);
 
 // 'auto' (config_auto.cpp): nullopt when strata fills this key's 'auto' in, else the error.
 std::optional<std::string> auto_refusal(const std::string& path, const char* expected);

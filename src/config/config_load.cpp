@@ -129,7 +129,9 @@ Config load_config_text(const std::string& yaml_text, const std::vector<std::str
   return cfg;
 }
 
-Config load_config_file(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+namespace {
+
+std::string read_config_file(const std::string& path) {
   // Only a regular file of a config's size: a directory would read as an empty config, and a
   // device such as /dev/zero would be read without end.
   constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
@@ -152,7 +154,37 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw UserError(fmt::format("config file '{}': read failed", path));
-  return load_config_text(text.str(), overrides, world_size, path);
+  return text.str();
+}
+
+}  // namespace
+
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+  return load_config_text(read_config_file(path), overrides, world_size, path);
+}
+
+DeepSpeedExplanation explain_deepspeed_file(const std::string& path, const std::vector<std::string>& overrides,
+                                            int world_size) {
+  const std::string text = read_config_file(path);
+  try {
+    return {explain_deepspeed(load_config_text(text, overrides, world_size, path)), {}};
+  } catch (const UserErrors& e) {
+    // What the file's keys are does not depend on the rest loading: list them as written.
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::Exception&) {
+    }
+    if (!root.IsMap()) throw;  // a syntax error, or no map of keys: nothing to list
+    config_detail::ErrorLog ignored;
+    config_detail::apply_overrides(root, overrides, ignored);
+    Config listed;
+    config_detail::list_deepspeed_keys(root, listed, /*with_refused=*/true);
+    for (DeepSpeedKeyNote& note : listed.deepspeed_keys) {
+      if (note.treatment == "auto") note.detail = "filled in where strata's other keys determine it, else refused";
+    }
+    return {explain_deepspeed(listed) + "The config does not load as it is; its problems follow.\n", e.errors()};
+  }
 }
 
 }  // namespace strata

@@ -134,7 +134,14 @@ MapReader::MapReader(const YAML::Node& node, std::string path, ErrorLog& log)
     : path_(std::move(path)), log_(&log) {
   if (!node.IsDefined() || node.IsNull()) return;
   if (!node.IsMap()) {
-    log.add(path_, "expected a map of keys, got " + describe(node));
+    std::string message = "expected a map of keys, got " + describe(node);
+    // DeepSpeed's old form of the section: a boolean for stage 1 or 0.
+    if (path_ == "zero_optimization" && node.IsScalar() && (node.Scalar() == "true" || node.Scalar() == "false")) {
+      message += fmt::format(" (DeepSpeed's legacy boolean form, which strata does not read: write zero_optimization: "
+                             "{{stage: {}}})",
+                             node.Scalar() == "true" ? 1 : 0);
+    }
+    log.add(path_, message);
     return;
   }
   present_ = true;

@@ -195,7 +195,7 @@ const DeepSpeedKey kListed[] = {
     {"allgather_size", kAccepted, "All-gather bucket of the legacy boolean form zero_optimization: true.",
      "used only with the legacy boolean zero_optimization, which strata does not read (give a section)"},
     {"zero_force_ds_cpu_optimizer", kAccepted, "Insist on DeepSpeed's CPU Adam when offloading.",
-     "strata does not offload yet"},
+     "strata's offloaded optimizer is always its own host AdamW (the device's step bit for bit), so the key changes nothing"},
     // Logging and monitoring.
     {"steps_per_print", kImplemented, "Print progress every this many steps.", "As DeepSpeed"},
     {"wall_clock_breakdown", kImplemented, "Time forward, backward and the step.",

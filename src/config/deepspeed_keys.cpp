@@ -66,7 +66,8 @@ const char* treatment_name(DsTreatment t) {
 }
 
 // `section` is the entry of the map's own path (nullptr for the top level and strata's sections).
-void list_keys(const YAML::Node& map, const std::string& prefix, const DeepSpeedKey* section, Config& cfg) {
+void list_keys(const YAML::Node& map, const std::string& prefix, const DeepSpeedKey* section, Config& cfg,
+               bool with_refused) {
   for (const auto& item : map) {
     if (!item.first.IsScalar()) continue;
     const std::string path = prefix + item.first.Scalar();
@@ -76,11 +77,11 @@ void list_keys(const YAML::Node& map, const std::string& prefix, const DeepSpeed
       key = section;  // a key of an implemented section without an entry of its own (a schedule's parameters)
     if (key == nullptr) {
       // A strata key, or a section of strata's that may hold DeepSpeed keys (checkpoint).
-      if (value.IsMap()) list_keys(value, path + ".", nullptr, cfg);
+      if (value.IsMap()) list_keys(value, path + ".", nullptr, cfg, with_refused);
       continue;
     }
     if (key->treatment == DsTreatment::Implemented && value.IsMap()) {
-      list_keys(value, path + ".", key, cfg);
+      list_keys(value, path + ".", key, cfg, with_refused);
       continue;
     }
     const DsDecision decision = decide_deepspeed_key(*key, value);
@@ -95,7 +96,9 @@ void list_keys(const YAML::Node& map, const std::string& prefix, const DeepSpeed
       note.treatment = "disabled";
       note.detail = decision.message;
     } else if (decision.kind == DsDecision::Refused) {
-      continue;  // the parser reported it
+      if (!with_refused) continue;  // the parser reported it
+      note.treatment = "refused";
+      note.detail = decision.message;
     }
     cfg.deepspeed_keys.push_back(note);
   }
@@ -143,9 +146,9 @@ std::string short_value(const YAML::Node& value) {
   return "{…}";
 }
 
-void list_deepspeed_keys(const YAML::Node& root, Config& cfg) {
+void list_deepspeed_keys(const YAML::Node& root, Config& cfg, bool with_refused) {
   cfg.deepspeed_keys.clear();
-  if (root.IsMap()) list_keys(root, "", nullptr, cfg);
+  if (root.IsMap()) list_keys(root, "", nullptr, cfg, with_refused);
 }
 
 }  // namespace config_detail

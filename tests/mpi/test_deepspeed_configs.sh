@@ -111,6 +111,19 @@ expect_contains "$OUT" "zero_optimization.reduce_scatter = true"
 [ "$(grep -c '^  ' <<<"$OUT")" -eq 23 ] || fail "expected the config's 23 DeepSpeed keys listed"
 run_expect 0 "$STRATA" config "$WORK/zero1_fp16.json" "${gpt2[@]}" --explain-deepspeed
 expect_contains "$OUT" "prescale_gradients = false"
+# A ds_config as published has no model: its keys are listed all the same, then why it does not
+# load (exit 2); a refused key is listed with its reason. DeepSpeed's legacy boolean section is
+# named as such.
+run_expect 2 "$STRATA" config "$WORK/megatron_zero2.json" --set zero_optimization.prefetch_bucket_size=5e7 \
+  --explain-deepspeed
+[ "$(grep -c '^  ' <<<"$OUT")" -eq 24 ] || fail "expected the config's 23 DeepSpeed keys and the one set listed"
+expect_contains "$OUT" "zero_optimization.prefetch_bucket_size = 5e7"
+expect_contains "$OUT" "refused     write it as stage3_prefetch_bucket_size"
+expect_contains "$OUT" "The config does not load as it is; its problems follow."
+expect_contains "$OUT" "model.n_layer: required without a preset"
+echo '{"train_batch_size": 8, "zero_optimization": true}' > "$WORK/legacy.json"
+run_expect 2 "$STRATA" config "$WORK/legacy.json" "${gpt2[@]}"
+expect_contains "$OUT" "DeepSpeed's legacy boolean form, which strata does not read: write zero_optimization: {stage: 1}"
 run_expect 0 "$STRATA" config "$WORK/zero1_bf16.json" "${gpt2[@]}"
 expect_contains "$OUT" "# data_types.grad_accum_dtype: fp32 accepted"
 expect_contains "$OUT" "bf16:
