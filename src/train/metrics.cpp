@@ -94,6 +94,14 @@ nlohmann::json step_record(const StepMetrics& m) {
   return r;
 }
 
+void check_report_file(const std::string& key, const std::string& path) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "a"), &std::fclose);
+  if (!file) throw UserError(fmt::format("{}: cannot open '{}' for writing: {}", key, path, std::strerror(errno)));
+}
+
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   const std::filesystem::path p(path);
   std::error_code ec;

@@ -48,6 +48,10 @@ nlohmann::json step_record(const StepMetrics& m);
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12.3s"
 size_t peak_host_memory_bytes();              // peak resident set size of this process
 
+// An output file named by `key` that cannot be opened for appending (its folders are created) is
+// a user error, found at start-up rather than when the first report is due.
+void check_report_file(const std::string& key, const std::string& path);
+
 // Appends one JSON object per line; flushed after every record so a killed run keeps its log.
 // A record that cannot be written (a full disk, /dev/full) is reported at once (the path and the
 // system's reason, as an error line) and marks the writer failed: later records are dropped and

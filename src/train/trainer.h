@@ -48,6 +48,9 @@ struct RankSetup {
       GlobalSampler(*val_data, seq_len, false, 0);  // evaluation needs a sequence: say so now, not at the first eval
     }
     if (!cfg.logging.metrics_file.empty() && mpi.world_rank() == 0) metrics = MetricsWriter(cfg.logging.metrics_file);
+    const std::optional<std::string>& profile = cfg.flops_profiler.output_file;
+    if (cfg.flops_profiler.enabled && profile && !profile->empty() && mpi.world_rank() == 0)
+      check_report_file("flops_profiler.output_file", *profile);  // now, not at the profiled step
     if (cfg.csv_monitor.enabled && mpi.world_rank() == 0)
       csv = CsvMonitor((std::filesystem::path(cfg.csv_monitor.output_path) / cfg.csv_monitor.job_name).string());
   }

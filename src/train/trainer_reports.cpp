@@ -32,6 +32,10 @@ void Trainer::log_banner() {
          describe_blend(train_data_, cfg_.train.iters, cfg_.derived.global_batch))
       log_info("  {}", line);
   }
+  if (cfg_.flops_profiler.enabled && cfg_.flops_profiler.profile_step > cfg_.train.iters && mpi_.world_rank() == 0) {
+    log_warn("flops_profiler.profile_step {} is past train.iters {}: no step will be profiled",
+             cfg_.flops_profiler.profile_step, cfg_.train.iters);
+  }
   if (setup_->tokenizer) {
     log_info("tokenizer: GPT-2 BPE from {}, {} ids{} (samples are decoded with it)", setup_->tokenizer->source(),
              setup_->tokenizer->vocab_size(),

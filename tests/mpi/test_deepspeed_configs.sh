@@ -246,3 +246,12 @@ expect_contains "$OUT" "flops profile of step 2 written to $WORK/flops.txt"
 grep -q "^Profile Summary at step 2:" "$WORK/flops.txt" || fail "no profile summary in the output file"
 grep -q "^data parallel size: *2$" "$WORK/flops.txt" || fail "the profile's data-parallel size"
 grep -q "^  h.1: " "$WORK/flops.txt" || fail "no module h.1 in the detailed profile"
+# An output file that cannot be written is refused at start-up (not reported at the profiled step
+# of a run that then exits 0); a profile step past the last step is warned of.
+run_expect 2 "$STRATA" train --config "$WORK/zero1_bf16.json" "${tiny[@]}" --set train_batch_size=2 \
+  --set flops_profiler.enabled=true --set flops_profiler.output_file=/proc/none/flops.txt
+expect_contains "$OUT" "flops_profiler.output_file: cannot open '/proc/none/flops.txt' for writing"
+if grep -q "^step " <<<"$OUT"; then fail "a step ran before the profiler's file was refused"; fi
+run_expect 0 "$STRATA" train --config "$WORK/zero1_bf16.json" "${tiny[@]}" --set train_batch_size=2 \
+  --set flops_profiler.enabled=true --set flops_profiler.profile_step=99
+expect_contains "$OUT" "flops_profiler.profile_step 99 is past train.iters 5: no step will be profiled"
