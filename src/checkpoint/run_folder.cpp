@@ -155,8 +155,10 @@ std::string checkpoint_run_id(const std::string& step_dir) {
 
 void clear_checkpoint_dir(const std::string& root) {
   std::vector<std::string> doomed = complete_checkpoints(root);
-  for (const char* file : {ckpt::kLatestFile, kRunFile}) {
-    const std::string path = ckpt::join_path(root, file);
+  const size_t checkpoints = doomed.size();
+  const std::string aside = ckpt::join_path(root, kAbandonedDir);
+  const size_t set_aside = ckpt::is_directory(aside) ? complete_checkpoints(aside).size() : 0;
+  for (const std::string& path : {ckpt::join_path(root, ckpt::kLatestFile), ckpt::join_path(root, kRunFile), aside}) {
     if (ckpt::path_exists(path)) doomed.push_back(path);
   }
   for (const std::string& path : doomed) {
@@ -165,8 +167,8 @@ void clear_checkpoint_dir(const std::string& root) {
     if (ec) throw UserError(fmt::format("checkpoint.overwrite: cannot delete {}: {}", path, ec.message()));
   }
   if (!doomed.empty()) {
-    log_warn("checkpoint.overwrite: deleted the previous run's {} checkpoint(s) and records in {}",
-             doomed.size(), root);
+    log_warn("checkpoint.overwrite: deleted the previous run's {} checkpoint(s){} and its records in {}", checkpoints,
+             set_aside > 0 ? fmt::format(" and the {} it had set aside in {}/", set_aside, kAbandonedDir) : "", root);
   }
 }
 

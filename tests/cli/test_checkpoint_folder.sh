@@ -79,9 +79,11 @@ expect_contains "$OUT" "set checkpoint.overwrite: true to delete them and start 
 mv "$WORK/used/run.json" "$WORK/used.run.json"
 refused used "checkpoint.dir $WORK/used holds the checkpoints of another run" --set checkpoint.resume=none
 mv "$WORK/used.run.json" "$WORK/used/run.json"
+mkdir -p "$WORK/used/abandoned" && cp -r "$WORK/used/step_00000002" "$WORK/used/abandoned/"
 run_expect 0 "$STRATA" train --config "$WORK/used.yaml" --set checkpoint.resume=none --set checkpoint.overwrite=true \
   --set train.iters=2
-expect_contains "$OUT" "checkpoint.overwrite: deleted the previous run's"
+expect_contains "$OUT" "checkpoint.overwrite: deleted the previous run's 2 checkpoint(s) and the 1 it had set aside in abandoned/ and its records in $WORK/used"
+[ ! -d "$WORK/used/abandoned" ] || fail "overwrite kept the old run's abandoned checkpoints"
 [ ! -d "$WORK/used/step_00000004" ] || fail "overwrite kept the old run's step 4"
 new_id="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$WORK/used/run.json")"
 [ "$new_id" != "$run_id" ] || fail "the new run kept the old run's id"
