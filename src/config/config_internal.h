@@ -106,6 +106,8 @@ class MapReader {
 
  private:
   const YAML::Node* find(const std::string& key);
+  // find(), with a null value (`key: ~`, `--set key=null`) as no value: the key keeps its default.
+  const YAML::Node* given(const std::string& key);
   // The node of `key` when it is a usable scalar; logs and returns nullptr otherwise.
   const YAML::Node* scalar(const std::string& key, const char* expected);
   bool read_choice(const std::string& key, const std::vector<std::string>& spellings, bool ignore_case,

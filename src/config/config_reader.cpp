@@ -177,8 +177,13 @@ const YAML::Node* MapReader::find(const std::string& key) {
   return nullptr;
 }
 
-const YAML::Node* MapReader::scalar(const std::string& key, const char* expected) {
+const YAML::Node* MapReader::given(const std::string& key) {
   const YAML::Node* node = find(key);
+  return node != nullptr && !node->IsNull() ? node : nullptr;
+}
+
+const YAML::Node* MapReader::scalar(const std::string& key, const char* expected) {
+  const YAML::Node* node = given(key);
   if (node == nullptr) return nullptr;
   if (!node->IsScalar()) {
     log_->add(key_path(key), fmt::format("expected {}, got {}", expected, describe(*node)));
@@ -255,7 +260,7 @@ void MapReader::read(const std::string& key, double& out) {
 }
 
 void MapReader::read(const std::string& key, std::string& out) {
-  const YAML::Node* node = find(key);
+  const YAML::Node* node = given(key);
   if (node == nullptr) return;
   if (!node->IsScalar()) {
     log_->add(key_path(key), "expected a string, got " + describe(*node));
@@ -286,7 +291,7 @@ void MapReader::read(const std::string& key, std::optional<int>& out) { read_nul
 void MapReader::read(const std::string& key, std::optional<int64_t>& out) { read_nullable(key, out, "an integer"); }
 
 void MapReader::read(const std::string& key, std::array<double, 2>& out) {
-  const YAML::Node* node = find(key);
+  const YAML::Node* node = given(key);
   if (node == nullptr) return;
   const char* expected = "a list of two numbers like [0.9, 0.999]";
   if (take_auto(key, *node, expected)) return;
@@ -312,7 +317,7 @@ bool MapReader::is_sequence(const std::string& key) {
 }
 
 void MapReader::read(const std::string& key, std::vector<int>& out) {
-  const YAML::Node* node = find(key);
+  const YAML::Node* node = given(key);
   if (node == nullptr) return;
   if (!node->IsSequence()) {
     log_->add(key_path(key), fmt::format("expected a list of whole numbers, got {}", describe(*node)));
@@ -333,7 +338,7 @@ void MapReader::read(const std::string& key, std::vector<int>& out) {
 }
 
 void MapReader::read(const std::string& key, std::vector<DataSource>& out) {
-  const YAML::Node* node = find(key);
+  const YAML::Node* node = given(key);
   if (node == nullptr) return;
   if (node->IsScalar()) {
     out.clear();
@@ -391,7 +396,7 @@ void MapReader::read_count(const std::string& key, std::optional<int64_t>& out) 
 bool MapReader::read_choice(const std::string& key, const std::vector<std::string>& spellings, bool ignore_case,
                             int& index) {
   index = -1;
-  const YAML::Node* node = find(key);
+  const YAML::Node* node = given(key);
   if (node == nullptr) return true;
   const std::string supported = join(spellings);
   if (!node->IsScalar()) {

@@ -33,6 +33,18 @@ TEST_CASE("override values are YAML: flow lists, later overrides win, empty mean
   CHECK(c.logging.sample_prompt == "And God said");
 }
 
+TEST_CASE("null gives a key its default, as if it were not given, and a misspelt key is still named") {
+  const Config c = load(std::string(kTinyConfig) + "gradient_clipping: 0.5\nlogging: {metrics_file: m.jsonl}\n",
+                        {"gradient_clipping=null", "logging.metrics_file=null", "optimizer.params.betas=null",
+                         "data.shuffle=~"});
+  const Config defaults = load(kTinyConfig);
+  CHECK(c.gradient_clipping == defaults.gradient_clipping);
+  CHECK(c.logging.metrics_file == defaults.logging.metrics_file);
+  CHECK(c.optimizer.params.betas == defaults.optimizer.params.betas);
+  CHECK(c.data.shuffle == defaults.data.shuffle);
+  CHECK(has_problem(problems(kTinyConfig, {"train.itres=null"}), "train.itres: unknown key; did you mean iters?"));
+}
+
 TEST_CASE("an override of a whole section with a map replaces it") {
   const Config c = load(kTinyConfig, {"model={preset: gpt2-124m, n_layer: 1}"});
   CHECK(*c.model.n_layer == 1);
