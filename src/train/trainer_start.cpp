@@ -48,6 +48,9 @@ void Trainer::start_state() {  // after prepare_checkpoint_dir
     schedule_.set_iteration(state_.scheduler_iteration);
     sample_rng_.restore(state_.sample_rng);
     log_info("resumed from {} at step {}", resume_path, state_.step);
+    // The metrics file is appended to: the steps a killed run got past its checkpoint come again
+    // after this record (readers keep a step's last record).
+    metrics_.write({{"type", "resume"}, {"step", state_.step}, {"checkpoint", resume_path}});
     last_saved_step_ = state_.step;
     const int64_t by_batch = state_.step * cfg_.derived.global_batch;
     if (state_.next_sequence < 0) {

@@ -26,6 +26,14 @@ run_expect 0 "$STRATA" train --config "$WORK/b.yaml"
 expect_contains "$OUT" "resumed from"
 diff <(train_losses "$WORK/a.jsonl") <(train_losses "$WORK/b.jsonl") || fail "resumed losses differ from the uninterrupted run"
 [ "$(train_losses "$WORK/b.jsonl" | wc -l)" -eq 16 ] || fail "expected 16 steps"
+# The resumed run's records follow a resume record naming the checkpoint's step.
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" "$killed_at" <<'PY' || fail "no resume record for $killed_at"
+import sys
+from equivalence import records
+work, killed_at = sys.argv[1], sys.argv[2]
+resumes = records(f"{work}/b.jsonl", "resume")
+assert resumes == [{"type": "resume", "step": int(killed_at[5:]), "checkpoint": f"{work}/ckpt_b/{killed_at}"}], resumes
+PY
 
 # A resume with another global batch continues the data where the checkpoint stopped: 4 steps
 # of 8 sequences, then 3 steps of 4 start at sequence 32 (not 4 x 4 = 16) and end at 44.
