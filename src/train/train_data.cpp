@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <utility>
 
 #include "core/core.h"
@@ -33,6 +34,22 @@ TrainSequences open_train_sequences(const Config& cfg, int vocab_size, int seq_l
     sources.push_back({std::move(dataset), std::move(sampler), list[i].weight});
   }
   return TrainSequences(std::move(sources));
+}
+
+void check_val_apart(const TrainSequences& train, const TokenDataset& val) {
+  std::error_code ec;
+  for (const ShardInfo& v : val.shards()) {
+    const auto val_file = std::filesystem::weakly_canonical(v.path, ec);
+    for (const TrainSequences::Source& s : train.sources()) {
+      for (const ShardInfo& t : s.dataset.shards()) {
+        if (std::filesystem::weakly_canonical(t.path, ec) != val_file) continue;
+        throw UserError(fmt::format("data.val: {} is also a training shard ({} '{}' matches it): the validation loss "
+                                    "would be measured on training data; narrow the glob (strata data encode writes "
+                                    "train_*.bin and val_*.bin)",
+                                    v.path, s.dataset.key(), s.dataset.pattern()));
+      }
+    }
+  }
 }
 
 std::vector<std::string> describe_blend(const TrainSequences& data, int64_t iters, int64_t global_batch) {

@@ -50,6 +50,9 @@ void check_runnable(const Config& cfg, int world_size, bool dump_grads);
 // data.train's sources, each validated, in a sampler of its own: source 0 with train.seed (so a
 // one-source blend reads what its plain glob reads), source i with a seed of its own.
 TrainSequences open_train_sequences(const Config& cfg, int vocab_size, int seq_len);
+// A val shard that is also a train shard (data.train 'dir/*.bin' matches val_000000.bin) is a user
+// error: the validation loss would be measured on what the model trains on.
+void check_val_apart(const TrainSequences& train, const TokenDataset& val);
 // One line per source of a blend: its glob, tokens, shards, weight, share of the sequences and
 // the epochs of it that `iters` steps of `global_batch` sequences read.
 std::vector<std::string> describe_blend(const TrainSequences& data, int64_t iters, int64_t global_batch);

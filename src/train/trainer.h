@@ -45,6 +45,7 @@ struct RankSetup {
         tokenizer(open_tokenizer(cfg)) {
     if (!cfg.data.val.empty()) {
       val_data = TokenDataset::open(cfg.data.val, vocab_size, "data.val");
+      check_val_apart(train, *val_data);
       GlobalSampler(*val_data, seq_len, false, 0);  // evaluation needs a sequence: say so now, not at the first eval
     }
     if (!cfg.logging.metrics_file.empty() && mpi.world_rank() == 0) metrics = MetricsWriter(cfg.logging.metrics_file);

@@ -24,6 +24,11 @@ write_small_config "$WORK/none.yaml" "$WORK/nothing-here" "train: {iters: 2}"
 run_expect 2 "$STRATA" train --config "$WORK/none.yaml"
 expect_contains "$OUT" "data.train"
 
+# data.train's glob also matches the val shard: the validation loss would be training loss.
+write_small_config "$WORK/overlap.yaml" "$WORK/data" "train: {iters: 2}"
+run_expect 2 "$STRATA" train --config "$WORK/overlap.yaml" --set "data.train=$WORK/data/*.bin"
+expect_contains "$OUT" "data.val: $WORK/data/val_000000.bin is also a training shard (data.train '$WORK/data/*.bin' matches it)"
+
 # A checkpoint path that does not exist.
 write_small_config "$WORK/ck.yaml" "$WORK/data" "train: {iters: 2}" "checkpoint: {resume: \"$WORK/no/such/ckpt\"}"
 run_expect 2 "$STRATA" train --config "$WORK/ck.yaml"
