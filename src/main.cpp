@@ -150,24 +150,27 @@ void add_data_commands(CLI::App& app, Commands& c) {
       ->check(CLI::Range(0.0, 0.5));
   c.encode->add_option("--shard-tokens", c.encode_options.shard_tokens, "Most tokens per shard (default 1e8)")
       ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
-  c.encode->add_option("--tokenizer", c.encode_options.tokenizer,
-                       "GPT-2 BPE: tokenizer.json, vocab.json (merges.txt beside it), their folder, or a tiktoken file");
+  auto* tokenizer =
+      c.encode->add_option("--tokenizer", c.encode_options.tokenizer,
+                           "GPT-2 BPE: tokenizer.json, vocab.json (merges.txt beside it), their folder, or a tiktoken file");
   c.encode->add_option("--split-on", c.encode_options.document_delimiter,
                        "Split each file into documents at this text (\\n, \\r, \\t, \\\\ as escapes); default: a file is a document")
       ->transform([](std::string text) {
+        if (text.empty()) throw CLI::ValidationError("empty: it splits nothing (leave it out: a file is a document)");
         try {
           return strata::unescape_delimiter(text);
         } catch (const strata::UserError& e) {
           throw CLI::ValidationError(e.what());  // reported by the parser, exit 2
         }
       });
-  c.encode->add_option("--threads", c.encode_options.threads, "Encoding threads (default: every core)")
-      ->check(CLI::NonNegativeNumber);
-  // strata data decode --tokenizer PATH --input GLOB [--out FILE]
-  c.decode = data->add_subcommand("decode", "Write token shards back as text with a GPT-2 BPE tokenizer");
+  c.encode->add_option("--threads", c.encode_options.threads, "BPE encoding threads (0, the default: every core)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(tokenizer);  // bytes are encoded in one pass
+  // strata data decode [--tokenizer PATH] --input GLOB [--out FILE]
+  c.decode = data->add_subcommand("decode", "Write token shards back as text (bytes, or GPT-2 BPE with --tokenizer)");
   c.decode->add_option("--input", c.decode_input, "Token shards (a glob, in file-name order)")->required();
-  c.decode->add_option("--tokenizer", c.decode_tokenizer, "tokenizer.json, vocab.json, their folder, or a tiktoken file")
-      ->required();
+  c.decode->add_option("--tokenizer", c.decode_tokenizer,
+                       "tokenizer.json, vocab.json, their folder, or a tiktoken file (default: the ids are bytes)");
   c.decode->add_option("--out", c.decode_out, "Output file (default: standard output)");
 }
 

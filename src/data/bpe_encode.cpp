@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -98,22 +99,31 @@ std::vector<std::vector<int32_t>> bpe_encode_documents(const BpeTokenizer& token
 }
 
 int64_t decode_token_shards(const std::string& pattern, const std::string& tokenizer_path, const std::string& out) {
-  const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_path, "data decode: --tokenizer");
-  const TokenDataset shards = TokenDataset::open(pattern, tokenizer.vocab_size(), "data decode: --input");
+  // Without a tokenizer the shards are byte-level (strata data encode's default): an id is a byte.
+  std::optional<BpeTokenizer> tokenizer;
+  if (!tokenizer_path.empty()) tokenizer = BpeTokenizer::load(tokenizer_path, "data decode: --tokenizer");
+  const int vocab_size = tokenizer ? tokenizer->vocab_size() : kByteVocabSize;
+  const TokenDataset shards = TokenDataset::open(pattern, vocab_size, "data decode: --input");
   std::FILE* file = out.empty() || out == "-" ? stdout : std::fopen(out.c_str(), "wb");
   if (file == nullptr) throw UserError("data decode: --out " + out + ": cannot be written: " + std::strerror(errno));
   constexpr int64_t kBlock = int64_t{1} << 20;
   std::vector<int32_t> ids;
   bool written = true;
+  errno = 0;
   for (int64_t first = 0; first < shards.num_tokens() && written; first += kBlock) {
     ids.resize(static_cast<size_t>(std::min(kBlock, shards.num_tokens() - first)));
     shards.read(first, static_cast<int64_t>(ids.size()), ids.data());
-    const std::string text = tokenizer.decode(ids.data(), ids.size());
+    const std::string text = tokenizer ? tokenizer->decode(ids.data(), ids.size()) : byte_decode(ids.data(), ids.size());
     written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
   }
   written = std::fflush(file) == 0 && written;
+  const int write_errno = errno;
   if (file != stdout) written = std::fclose(file) == 0 && written;
-  if (!written) throw UserError("data decode: writing " + (file == stdout ? std::string("standard output") : out) + " failed");
+  if (!written && file == stdout && write_errno == EPIPE) return shards.num_tokens();  // `| head`: the reader had enough
+  if (!written) {
+    throw UserError("data decode: writing " + (file == stdout ? std::string("standard output") : out) +
+                    " failed: " + std::strerror(write_errno != 0 ? write_errno : errno));
+  }
   return shards.num_tokens();
 }
 

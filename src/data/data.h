@@ -278,7 +278,8 @@ std::vector<std::vector<int32_t>> bpe_encode_documents(const BpeTokenizer& token
                                                        const std::vector<size_t>& document_starts, int threads);
 
 // `strata data decode`: the tokens of the shards matched by `pattern` (in file-name order) as
-// text, decoded with the tokenizer at `tokenizer_path`, into `out` (a file; "-" or empty: stdout).
+// text, decoded with the tokenizer at `tokenizer_path` (empty: byte-level shards, an id a byte),
+// into `out` (a file; "-" or empty: stdout; a reader that closes the pipe early ends it quietly).
 // Returns the number of tokens decoded.
 int64_t decode_token_shards(const std::string& pattern, const std::string& tokenizer_path, const std::string& out);
 

@@ -78,8 +78,8 @@ std::shared_ptr<TokenDataset::Mapping> map_shard_file(const std::string& path, c
   }
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
-    throw UserError(where + "is a directory, not a token shard (make " + key +
-                    " match only shard files, e.g. 'dir/train_*.bin')");
+    throw UserError(where + "is a directory, not a token shard (" + key +
+                    ": give a glob that matches only shard files, e.g. 'dir/train_*.bin')");
   }
   const int64_t file_bytes = static_cast<int64_t>(st.st_size);
   if (file_bytes < kShardHeaderBytes) {
@@ -151,11 +151,16 @@ std::shared_ptr<const TokenDataset::Mapping> open_shard(const std::string& path,
           ? check_vocab(reinterpret_cast<const uint16_t*>(mapping->tokens()), count, vocab_size)
           : check_vocab(reinterpret_cast<const uint32_t*>(mapping->tokens()), count, vocab_size);
   if (vocab.first_bad >= 0) {
+    // `strata data decode` opens shards under its own key, where no model.vocab_size applies.
+    const std::string advice =
+        key.rfind("data decode", 0) == 0
+            ? "the shards were encoded with a larger vocabulary: decode them with the tokenizer that encoded them "
+              "(--tokenizer; without it ids are bytes, 0-255)"
+            : "the data was encoded with another tokenizer: re-encode it for this model, or set model.vocab_size to "
+              "at least " + std::to_string(vocab.largest + 1) + ", the shard's largest token + 1";
     throw UserError(where + "token " + std::to_string(vocab.first_bad_token) + " at position " +
-                    std::to_string(vocab.first_bad) + " is \u2265 vocab_size " + std::to_string(vocab_size) +
-                    " (the data was encoded with another tokenizer: re-encode it for this model, or set "
-                    "model.vocab_size to at least " + std::to_string(vocab.largest + 1) +
-                    ", the shard's largest token + 1)");
+                    std::to_string(vocab.first_bad) + " is \u2265 vocab_size " + std::to_string(vocab_size) + " (" +
+                    advice + ")");
   }
   return mapping;
 }

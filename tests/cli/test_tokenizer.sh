@@ -116,6 +116,18 @@ run_expect 0 "$STRATA" data encode --tokenizer "$WORK/vocab/tokenizer.json" --in
 cmp <(tail -c +14 "$WORK/random.back") "$WORK/random.bin" || fail "random bytes: decode(encode(x)) differs from x"
 run_expect 2 "$STRATA" data decode --tokenizer "$WORK/vocab" --input "$WORK/none_*.bin"
 expect_contains "$OUT" "data decode: --input: no files match"
+# Byte-level shards (data encode's default) decode without a tokenizer, byte for byte; BPE
+# shards without one are refused with the reason; a reader that closes the pipe early is no error.
+run_expect 0 "$STRATA" data encode --input "$WORK/random.bin" --out "$WORK/rt_bytes" --val-fraction 0
+"$STRATA" data decode --input "$WORK/rt_bytes/train_*.bin" >"$WORK/bytes.back"
+cmp "$WORK/bytes.back" "$WORK/random.bin" || fail "byte shards: decode(encode(x)) differs from x"
+run_expect 2 "$STRATA" data decode --input "$WORK/rt/train_*.bin"
+expect_contains "$OUT" "decode them with the tokenizer that encoded them (--tokenizer; without it ids are bytes, 0-255)"
+set +e
+"$STRATA" data decode --input "$WORK/rt_bytes/train_*.bin" 2>"$WORK/pipe.err" | head -c 10 >/dev/null
+pipe_rc=${PIPESTATUS[0]}
+set -e
+[ "$pipe_rc" -eq 0 ] && [ ! -s "$WORK/pipe.err" ] || fail "decode | head: exit $pipe_rc, $(cat "$WORK/pipe.err")"
 
 # A model trained on BPE shards, exported, and a fresh run initialised from the export
 # (model.init_from) trains, its samples decoded with data.tokenizer and its prompt encoded with it.
@@ -153,4 +165,8 @@ run_expect 2 "$STRATA" data encode --tokenizer "$WORK/no_eot.json" --input "$WOR
 expect_contains "$OUT" "its vocabulary has no <|endoftext|> token to separate the documents"
 run_expect 2 "$STRATA" data encode --input "$WORK/d1.txt" --out "$WORK/e" --split-on x
 expect_contains "$OUT" "--split-on splits documents for a BPE tokenizer's end-of-text tokens; give --tokenizer"
+run_expect 2 "$STRATA" data encode --input "$WORK/d1.txt" --out "$WORK/e" --threads 4
+expect_contains "$OUT" "--threads requires --tokenizer"
+run_expect 2 "$STRATA" data encode --tokenizer "$WORK/vocab" --input "$WORK/d1.txt" --out "$WORK/e" --split-on ''
+expect_contains "$OUT" "--split-on: empty: it splits nothing"
 echo ok
