@@ -143,7 +143,13 @@ CheckpointReader CheckpointReader::open_huggingface(const std::string& dir, cons
     file.name = name;
     impl->files.push_back(std::move(file));
     const size_t index = impl->files.size() - 1;
-    for (const SafetensorsEntry& e : impl->reader(index).entries()) {
+    std::vector<SafetensorsEntry> entries;
+    try {
+      entries = impl->reader(index).entries();
+    } catch (const UserError& e) {  // the file's own fault (a bad header): said as model.init_from's
+      throw UserError(source_key + ": " + first_message(e));
+    }
+    for (const SafetensorsEntry& e : entries) {
       const std::string key = parameter_key(e, where);
       if (key.empty()) continue;
       Impl::Tensor tensor;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -64,7 +66,10 @@ using Tables = BpeTokenizer::Tables;
 
 std::string read_file(const std::string& key, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) refuse(key, path, "cannot be read");
+  if (!in) {
+    std::error_code ec;
+    refuse(key, path, fs::exists(path, ec) ? std::string("cannot be read: ") + std::strerror(errno) : "does not exist");
+  }
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();

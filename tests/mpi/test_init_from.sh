@@ -178,4 +178,8 @@ with open(sys.argv[2], "wb") as f:
     f.write(struct.pack("<Q", len(text))); f.write(text); f.write(data + b"\0\0\0\0")
 PY
 bad "tensor h.0.mlp.gate.weight is not a GPT-2 parameter" --set model.init_from="$WORK/odd"
+mkdir -p "$WORK/bad_header" && cp "$WORK/hf/config.json" "$WORK/bad_header/"
+"$PY" -c "import struct, sys; open(sys.argv[1], 'wb').write(struct.pack('<Q', 1 << 62) + b'{}')" \
+  "$WORK/bad_header/model.safetensors"
+bad "model.init_from: $WORK/bad_header/model.safetensors: header length" --set model.init_from="$WORK/bad_header"
 echo "init_from: every mismatch refused before the first step"
