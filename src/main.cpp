@@ -234,6 +234,22 @@ void add_commands(CLI::App& app, Commands& c) {
   c.export_hf->add_option("--out", c.export_out, "Output directory")->required()->check(kFileName);
 }
 
+// The config at --world-size ranks; a layout that needs more ranks than the one assumed without
+// the option says which option gives them.
+strata::Config load_for_config_command(const Commands& c) {
+  try {
+    return strata::load_config_file(c.config_path, c.overrides, c.config_world_size);
+  } catch (const strata::UserErrors& e) {
+    const bool layout = std::any_of(e.errors().begin(), e.errors().end(), [](const std::string& m) {
+      return m.find("world size 1 is not divisible") != std::string::npos;
+    });
+    if (!layout || c.config->count("--world-size") > 0) throw;
+    std::vector<std::string> errors = e.errors();
+    errors.push_back("strata config resolves for 1 rank unless --world-size N gives the ranks the job will run on");
+    throw strata::UserErrors(errors);
+  }
+}
+
 // strata config: the resolved config in file format (the DeepSpeed notes as comments above it),
 // or the file's DeepSpeed keys explained, or the table of every DeepSpeed key.
 int run_config(const Commands& c) {
@@ -252,7 +268,7 @@ int run_config(const Commands& c) {
     }
     return 0;
   }
-  const strata::Config cfg = strata::load_config_file(c.config_path, c.overrides, c.config_world_size);
+  const strata::Config cfg = load_for_config_command(c);
   for (const std::string& note : strata::deepspeed_notes(cfg)) std::printf("# %s\n", note.c_str());
   std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
   // The derived values as comments: the output loads back as the same config.

@@ -145,13 +145,17 @@ void HostOptimizerState::add_to(MemoryRecord& record) const { estimate(settings_
 void HostOptimizerState::estimate(const OffloadSettings& settings, int64_t shard_numel, DType work,
                                   MemoryRecord& record) {
   const int64_t piece = offload_staging_elements(shard_numel, settings.max_piece);
-  record.host += 2 * piece * (4 + static_cast<int64_t>(dtype_size(work)));  // staging each way
+  const int64_t staging = 2 * piece * (4 + static_cast<int64_t>(dtype_size(work)));  // each way
+  record.host += staging;
+  record.host_buffers += staging;
   if (settings.nvme_path.empty()) {
     record.host += 3 * shard_numel * 4;
     return;
   }
   record.nvme += 3 * shard_numel * 4;
-  record.host += std::max(2, settings.buffer_count) * align_up(3 * piece * 4);  // the file's buffers
+  const int64_t buffers = std::max(2, settings.buffer_count) * align_up(3 * piece * 4);  // the file's
+  record.host += buffers;
+  record.host_buffers += buffers;
 }
 
 }  // namespace strata

@@ -162,7 +162,9 @@ MemoryRecord ShardedParams::estimate(const ShardingSettings& settings, const Lay
   if (o.params && !o.params_nvme_path.empty()) {
     m.nvme += size.shard * w;
     const int64_t largest = (std::max(size.embedding_group, size.widest_group) + size.dp - 1) / size.dp;
-    m.host += ParamFile::ring_bytes(o.params_buffer_count, largest, settings.precision);
+    const int64_t ring = ParamFile::ring_bytes(o.params_buffer_count, largest, settings.precision);
+    m.host += ring;
+    m.host_buffers += ring;
   }
   m.grads = size.shard * f;
   if (settings.offload.optimizer) {

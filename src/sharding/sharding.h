@@ -131,9 +131,10 @@ inline void fill_span(const FlatSpan& span, int64_t offset, int64_t count, const
 // slot), which the engine adds to what its strategy reports. host: what offloading keeps in
 // host memory instead (state and staging), outside the device's total.
 // nvme: the state offloaded to files (its bytes; each file rounds its pieces up to 4 KiB).
+// host_buffers: the part of host that is staging and file buffers (buffer_count of them), not state.
 struct MemoryRecord {
   int64_t params = 0, grads = 0, optimizer = 0, workspace = 0, activations = 0;
-  int64_t host = 0, nvme = 0;
+  int64_t host = 0, nvme = 0, host_buffers = 0;
   int64_t total() const { return params + grads + optimizer + workspace + activations; }
 };
 

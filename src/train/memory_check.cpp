@@ -118,30 +118,46 @@ MemoryRecord estimate_rank_memory(const Config& cfg, Device device) {
 namespace {
 
 // Offloaded optimizer state lives in the node's memory, shared by its ranks (on a simulated
-// device, beside the "device" buffers, which are host memory too).
-void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device, bool params_offloaded) {
+// device, beside the "device" buffers, which are host memory too). The advice follows the cause:
+// buffer_count's buffers, or state that could go to a file, or neither (more ranks).
+void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device, const ZeroConfig& z) {
   const int64_t node = host_available_bytes();
   if (e.host <= 0 || node <= 0) return;
   const int64_t share = node / std::max(1, mpi.local_size());
   const int64_t need = e.host + (device == Device::CUDA ? 0 : e.total());
   if (need <= share) return;
+  const bool params_offloaded = z.offload_param.device != OffloadDevice::None;
+  const bool optimizer_in_file = z.offload_optimizer.device == OffloadDevice::Nvme;
+  const bool params_in_file = z.offload_param.device == OffloadDevice::Nvme;
+  std::string advice;
+  if (e.host_buffers > (e.host - e.host_buffers) && (optimizer_in_file || params_in_file)) {
+    advice = fmt::format("lower zero_optimization.{}, whose buffers take {}",
+                         optimizer_in_file && params_in_file
+                             ? fmt::format("offload_optimizer.buffer_count ({}) or offload_param.buffer_count ({})",
+                                           z.offload_optimizer.buffer_count, z.offload_param.buffer_count)
+                         : optimizer_in_file ? fmt::format("offload_optimizer.buffer_count ({})", z.offload_optimizer.buffer_count)
+                                             : fmt::format("offload_param.buffer_count ({})", z.offload_param.buffer_count),
+                         gib(e.host_buffers));
+  } else if (!optimizer_in_file || (params_offloaded && !params_in_file)) {
+    advice = params_offloaded ? "offload_optimizer.device and offload_param.device nvme (the state in files)"
+                              : "zero_optimization.offload_optimizer.device: nvme (the state in a file) or none";
+  }
   throw UserError(fmt::format(
       "the offloaded optimizer state does not fit host memory: each rank needs about {} of host memory ({} of "
-      "offloaded master weights, Adam moments{} and staging{}), but this rank has {} ({} available on {}{}). Use more "
-      "nodes or ranks, or {}",
-      gib(need), gib(e.host), params_offloaded ? ", parameters" : "",
+      "offloaded master weights and Adam moments{}, {} of staging and file buffers{}), but this rank has {} ({} "
+      "available on {}{}). Use more nodes or ranks{}",
+      gib(need), gib(e.host - e.host_buffers), params_offloaded ? " and parameters" : "", gib(e.host_buffers),
       device == Device::CUDA ? "" : fmt::format(", and {} of simulated device memory", gib(e.total())),
       gib(share), gib(node), mpi.hostname(),
       mpi.local_size() > 1 ? fmt::format(", shared by {} ranks", mpi.local_size()) : std::string(),
-      params_offloaded ? "offload_optimizer.device and offload_param.device nvme (the state in files)"
-                       : "zero_optimization.offload_optimizer.device: nvme (the state in a file) or none"));
+      advice.empty() ? std::string() : ", or " + advice));
 }
 
 }  // namespace
 
 void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingDevice& device) {
   const MemoryRecord e = estimate_rank_memory(cfg, device.backend->device());
-  check_host_fits(e, mpi, device.backend->device(), cfg.zero_optimization.offload_param.device != OffloadDevice::None);
+  check_host_fits(e, mpi, device.backend->device(), cfg.zero_optimization);
   int64_t available = 0;
   std::string where;
   if (device.backend->device() == Device::CUDA) {
@@ -159,13 +175,15 @@ void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingD
                         mpi.local_size() > 1 ? fmt::format(", shared by {} ranks", mpi.local_size()) : std::string());
   }
   if (available <= 0 || e.total() <= available) return;
+  // ZeRO shards over data-parallel ranks: with one, stages 1-2 add buffers and save nothing.
+  const std::string zero = cfg.derived.dp_size > 1 ? "a higher ZeRO stage, "
+                                                   : "more data-parallel ranks with a higher ZeRO stage, offloading, ";
   throw UserError(fmt::format(
       "the model does not fit: each rank needs about {} (parameters {}, gradients {}, optimizer state {}, workspace "
       "{}, activations {}), but this rank has {} ({}). Use fewer or smaller layers (model.n_layer, model.d_model), a "
-      "smaller train_micro_batch_size_per_gpu or model.seq_len, model.recompute: full, a higher ZeRO stage, or more "
-      "ranks",
+      "smaller train_micro_batch_size_per_gpu or model.seq_len, model.recompute: full, {}or more ranks",
       gib(e.total()), gib(e.params), gib(e.grads), gib(e.optimizer), gib(e.workspace), gib(e.activations),
-      gib(available), where));
+      gib(available), where, zero));
 }
 
 }  // namespace strata

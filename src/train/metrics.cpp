@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -26,9 +27,11 @@ size_t peak_host_memory_bytes() {
 }
 
 std::string format_step_line(const StepMetrics& m) {
+  // A NaN norm (an overflowed fp16 step) prints as nan, whatever its sign bit.
+  const std::string norm = std::isnan(m.grad_norm) ? std::string("nan") : fmt::format("{:.3f}", m.grad_norm);
   std::string line = fmt::format(
-      "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | {:.2f} TFLOP/s",
-      m.step, std::to_string(m.total_steps).size(), m.total_steps, m.loss, m.lr, m.grad_norm, m.step_seconds * 1e3,
+      "step {:>{}}/{} | loss {:.4f} | lr {:.3e} | norm {} | {:.0f} ms | {:.0f} tok/s | {:.2f} TFLOP/s", m.step,
+      std::to_string(m.total_steps).size(), m.total_steps, m.loss, m.lr, norm, m.step_seconds * 1e3,
       m.tokens_per_second, m.tflops_per_rank);
   if (m.mfu >= 0) line += fmt::format(" | MFU {:.1f}%", m.mfu * 100);
   if (m.loss_scale >= 0) line += fmt::format(" | scale {}", m.loss_scale);

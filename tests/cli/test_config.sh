@@ -68,6 +68,10 @@ run_expect 0 "$STRATA" config "$WORK/resolved.yaml" --world-size 2
 [ "$OUT" = "$(cat "$WORK/resolved.yaml")" ] || { diff <(echo "$OUT") "$WORK/resolved.yaml"; fail "the resolved config did not load back as itself"; }
 ! grep -q "changes nothing" <<<"$OUT" || fail "a note on a key at its default: $OUT"
 
+# A layout for more ranks than config's default of one says which option gives them.
+run_expect 2 "$STRATA" config "$SRC/configs/examples/3d.yaml"
+expect_contains "$OUT" "strata config resolves for 1 rank unless --world-size N gives the ranks the job will run on"
+
 # Every shipped config validates at 8 ranks (the layouts of all of them divide it).
 for f in "$SRC"/configs/*.yaml "$SRC"/configs/examples/*; do
   run_expect 0 "$STRATA" config "$f" --world-size 8

@@ -283,4 +283,13 @@ run_expect 2 env STRATA_SIMULATE_DEVICE=1 "$STRATA" train --config "$SRC/configs
   --set zero_optimization.offload_optimizer.device=cpu --set "data.train=$WORK/data/train_*.bin" \
   --set "data.val=$WORK/data/val_*.bin"
 expect_contains "$OUT" "the offloaded optimizer state does not fit host memory: each rank needs about"
+# Host memory taken by buffer_count's buffers, not by the state (already in a file): that is what
+# the message names.
+write_small_config "$WORK/buffers.yaml" "$WORK/data" "train: {iters: 2}"
+mkdir -p "$WORK/nvme"
+run_expect 2 "$STRATA" train --config "$WORK/buffers.yaml" --set zero_optimization.stage=1 \
+  --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme" \
+  --set zero_optimization.offload_optimizer.buffer_count=100000000
+expect_contains "$OUT" "lower zero_optimization.offload_optimizer.buffer_count (100000000), whose buffers take"
+if grep -q "offload_optimizer.device: nvme (the state in a file)" <<<"$OUT"; then fail "nvme advised with nvme set"; fi
 echo ok
