@@ -53,7 +53,7 @@ int report_user_error(const strata::UserError& e, int world_size) {
   // An error every rank raised is reported once; one raised here alone is reported here, and
   // the job ends with it, since the other ranks may be waiting for this one in a collective.
   const bool every_rank = world_size <= 1 || e.raised_on() == strata::RaisedOn::EveryRank;
-  strata::note_user_error_exit();
+  strata::note_failed_exit(strata::kExitUserError);
   if (every_rank && strata::process_rank() > 0) return strata::kExitUserError;
   if (auto* many = dynamic_cast<const strata::UserErrors*>(&e)) {
     log_error("{} problem{} found:", many->errors().size(), many->errors().size() == 1 ? "" : "s");
@@ -321,25 +321,28 @@ int main(int argc, char** argv) {
   add_commands(app, commands);
   if (const std::string unknown = unknown_subcommand(app, argc, argv); !unknown.empty()) {
     log_error("{}", unknown);
-    strata::note_user_error_exit();
+    strata::note_failed_exit(strata::kExitUserError);
     return strata::kExitUserError;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
-    if (rc != 0) strata::note_user_error_exit();
+    if (rc != 0) strata::note_failed_exit(strata::kExitUserError);
     return rc == 0 ? 0 : strata::kExitUserError;
   }
 
   std::unique_ptr<strata::MpiRuntime> mpi;
   try {
-    return run_command(commands, &argc, &argv, mpi);
+    const int rc = run_command(commands, &argc, &argv, mpi);
+    strata::note_failed_exit(rc);  // e.g. 1: stopped for non-finite values
+    return rc;
   } catch (const strata::UserError& e) {
     return report_user_error(e, mpi ? mpi->world_size() : 1);
   } catch (const std::exception& e) {
     log_error("internal error: {}", e.what());
     if (mpi && mpi->world_size() > 1) strata::abort_job(strata::kExitInternalError);
+    strata::note_failed_exit(strata::kExitInternalError);
     return strata::kExitInternalError;
   }
 }

@@ -30,15 +30,17 @@ bool mpi_is_initialized() {
 
 void abort_job(int code) {
   log_flush();  // the message that explains the abort
+  note_failed_exit(code);
   if (mpi_is_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();
 }
 
-void note_user_error_exit() {
-  const char* dir = std::getenv("STRATA_USER_ERROR_DIR");
-  if (!dir || !*dir) return;
+void note_failed_exit(int code) {
+  const char* dir = std::getenv("STRATA_EXIT_DIR");
+  if (!dir || !*dir || code == 0) return;
   // Best effort: without the file the wrapper waits for mpirun, as plain mpirun does.
-  const std::string path = std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid());
+  const std::string path = std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." +
+                           std::to_string(getpid()) + ".exit" + std::to_string(code);
   if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
 }
 

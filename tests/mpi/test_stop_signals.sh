@@ -99,7 +99,8 @@ tail -n 3 "$WORK/sample.log"
 complete_checkpoint "$WORK/sample" 1
 
 # 4. The wrapper at its default grace (60 s), a config error on every rank: mpirun would sleep
-# through its kill sequence for 120 s; the wrapper ends it once the ranks have gone.
+# through its kill sequence for 120 s; the wrapper ends it once the ranks have gone (and so for
+# a stop with exit 1).
 mkdir -p "$WORK/tmp"
 t0=$SECONDS
 run_expect 2 env -u STRATA_STOP_GRACE_S TMPDIR="$WORK/tmp" "$LAUNCH" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train \
@@ -107,5 +108,15 @@ run_expect 2 env -u STRATA_STOP_GRACE_S TMPDIR="$WORK/tmp" "$LAUNCH" "${MPI_FLAG
 took=$((SECONDS - t0))
 expect_contains "$OUT" "zero_optimization.stage: must be in 0..3, got 5"
 [ "$took" -le 15 ] || fail "a config error under launch/strata-mpirun took $took s to return"
+[ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
+# The same for the other error codes: a run stopped for non-finite gradients (exit 1) returns
+# at once with its code.
+t0=$SECONDS
+run_expect 1 env -u STRATA_STOP_GRACE_S TMPDIR="$WORK/tmp" "$LAUNCH" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train \
+  --config "$WORK/sample.yaml" --set optimizer.params.lr=1e6 --set gradient_clipping=0 --set train.iters=20 \
+  --set checkpoint.dir= --set logging.sample_interval=0
+took=$((SECONDS - t0))
+expect_contains "$OUT" "had a non-finite gradient"
+[ "$took" -le 15 ] || fail "a non-finite stop under launch/strata-mpirun took $took s to return"
 [ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
 echo ok
