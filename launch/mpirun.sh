@@ -3,7 +3,7 @@
 # saves a checkpoint and the job exits 0). Prints the mpirun command it runs first.
 #
 # Usage: launch/mpirun.sh [options] -- strata train --config gpt.yaml [...]
-#   --hosts H1,H2,...    nodes to run on (default: this machine)
+#   --hosts H1,H2,...    nodes to run on, names only (default: this machine)
 #   --hostfile FILE      an Open MPI hostfile instead (see launch/hostfile.example)
 #   --ranks-per-node K   ranks on each node (default: the hostfile's slots when every node gives
 #                        the same, else 1 per GPU of this machine, else 1)
@@ -25,10 +25,13 @@ die() { echo "launch/mpirun.sh: $*" >&2; exit 2; }
 hosts="" hostfile="" per_node="" np="" bind=core iface="" dry=0
 envs=() passthrough=()
 # value OPTION [WORD]: OPTION's value, refused when missing or itself an option ("--iface
-# --dry-run" must not launch a job); --mpirun-arg alone takes words that start with "-".
+# --dry-run" must not launch a job); --mpirun-arg alone takes words that start with "-", but not
+# this script's own options.
+own_options=" --hosts --hostfile --ranks-per-node --np --bind --iface --env --mpirun-arg --dry-run -- -h --help "
 value() {
   if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi
   [ "$1" = --mpirun-arg ] || [[ "$2" != -* ]] || die "$1 needs a value, not the option '$2'"
+  [[ "$own_options" != *" $2 "* ]] || die "$1 needs a value, not this script's option '$2'"
   printf '%s' "$2"
 }
 while [ $# -gt 0 ]; do
@@ -73,14 +76,19 @@ fi
 nodes=1
 args=()
 if [ -n "$hosts" ]; then
+  [[ "$hosts" != *, ]] || die "--hosts: '$hosts' has an empty name"
   IFS=, read -r -a host_list <<<"$hosts"
   nodes=${#host_list[@]}
-  for h in "${host_list[@]}"; do [ -n "$h" ] || die "--hosts: '$hosts' has an empty name"; done
+  for h in "${host_list[@]}"; do
+    [ -n "$h" ] || die "--hosts: '$hosts' has an empty name"
+    [[ "$h" != *:* ]] || die "--hosts: '$h': give node names only; the ranks per node are --ranks-per-node"
+  done
   spec=""
   for h in "${host_list[@]}"; do spec="${spec:+$spec,}$h:$per_node"; done
   args+=(--host "$spec")
 elif [ -n "$hostfile" ]; then
-  nodes=$(grep -cvE '^[[:space:]]*(#|$)' "$hostfile")
+  # Open MPI merges the lines of one host: nodes are the distinct names.
+  nodes=$(grep -vE '^[[:space:]]*(#|$)' "$hostfile" | awk '{print $1}' | sort -u | wc -l)
   args+=(--hostfile "$hostfile")
 fi
 np="${np:-$((nodes * per_node))}"
@@ -106,4 +114,5 @@ for a in "${args[@]}" "$@"; do
 done
 printf '\n'
 [ "$dry" -eq 0 ] || exit 0
+command -v "$1" >/dev/null || die "'$1' is not a command this shell finds (the program to run on every rank)"
 exec "$here/strata-mpirun" "${args[@]}" "$@"

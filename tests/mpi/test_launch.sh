@@ -46,6 +46,33 @@ expect_contains "$OUT" "--hostfile $WORK/hosts -np 4 --map-by ppr:2:node"
 printf 'a slots=2\nb slots=4\n' > "$WORK/uneven"
 run_expect 2 "$launch" --hostfile "$WORK/uneven" --dry-run -- strata train
 expect_contains "$OUT" "its nodes give different slots"
+# A host listed on two lines is one node (Open MPI merges them): 2 slots x 1 node by default.
+printf 'a slots=2\na slots=2\n' > "$WORK/twice"
+run_expect 0 "$launch" --hostfile "$WORK/twice" --dry-run -- strata train
+expect_contains "$OUT" "--hostfile $WORK/twice -np 2 --map-by ppr:2:node"
+# --mpirun-arg does not take this script's own options as its value; --hosts takes names only
+# (host:N would have run N - 1 ranks fewer); a trailing comma is an empty name; a program that
+# is not there is named before mpirun starts.
+run_expect 2 "$launch" --mpirun-arg --dry-run -- echo launched
+expect_contains "$OUT" "--mpirun-arg needs a value, not this script's option '--dry-run'"
+run_expect 2 "$launch" --hosts localhost:2 --dry-run -- strata train
+expect_contains "$OUT" "--hosts: 'localhost:2': give node names only; the ranks per node are --ranks-per-node"
+run_expect 2 "$launch" --hosts a,b, --dry-run -- strata train
+expect_contains "$OUT" "has an empty name"
+run_expect 2 "$launch" -- "$WORK/no-such-program" train
+expect_contains "$OUT" "'$WORK/no-such-program' is not a command this shell finds"
+run_expect 2 env STRATA_STOP_GRACE_S=abc "$SRC/launch/strata-mpirun" -np 1 "$STRATA" info
+expect_contains "$OUT" "STRATA_STOP_GRACE_S: 'abc' is not a whole number of seconds"
+# launch/slurm.sbatch's checks before any job step (run here as sbatch would, without Slurm):
+# -c FILE is train's --config; a job without a task count is told which #SBATCH line gives it.
+sbatch_env=(env SLURM_JOB_ID=1 SLURM_JOB_NODELIST=localhost STRATA_BIN="$STRATA")
+run_expect 2 "${sbatch_env[@]}" SLURM_NTASKS=2 bash "$SRC/launch/slurm.sbatch" -c "$WORK/run.yaml" \
+  --set zero_optimization.stage=9
+expect_contains "$OUT" "the config does not validate for 2 ranks: the job ends here"
+run_expect 2 "${sbatch_env[@]}" bash "$SRC/launch/slurm.sbatch" --config "$WORK/run.yaml"
+expect_contains "$OUT" "SLURM_NTASKS is '': sbatch sets it when the job asks for tasks"
+run_expect 2 "${sbatch_env[@]}" SLURM_NTASKS=2 STRATA_STOP_GRACE_S=-5 bash "$SRC/launch/slurm.sbatch" --config "$WORK/run.yaml"
+expect_contains "$OUT" "STRATA_STOP_GRACE_S: '-5' is not a whole number of seconds"
 
 # The same 2-rank run through the launcher and through plain mpirun.
 run_expect 0 "$launch" --hosts localhost --ranks-per-node 2 --bind none --mpirun-arg --oversubscribe -- \
