@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/error.h"
 #include "core/log.h"
 
 namespace strata {
@@ -37,7 +38,9 @@ void abort_job(int code) {
 
 void note_failed_exit(int code) {
   const char* dir = std::getenv("STRATA_EXIT_DIR");
-  if (!dir || !*dir || code == 0) return;
+  // A device or communication failure may be a lost node: mpirun's own sequence then runs, and
+  // reports the node (the wrapper killing mpirun early could cut the ranks' last output short).
+  if (!dir || !*dir || code == 0 || code == kExitDeviceFailure) return;
   // Best effort: without the file the wrapper waits for mpirun, as plain mpirun does.
   const std::string path = std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." +
                            std::to_string(getpid()) + ".exit" + std::to_string(code);

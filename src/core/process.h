@@ -11,9 +11,9 @@ bool mpi_is_initialized();
 // Prints nothing itself; calls MPI_Abort when MPI is up (so no rank hangs), else std::abort.
 [[noreturn]] void abort_job(int code);
 
-// Tells launch/strata-mpirun that this rank ends with exit `code` (not 0: a user error, an
-// internal error or a stop for non-finite values, a device or communication failure), by a file
-// in STRATA_EXIT_DIR when it is set: Open MPI's mpirun sleeps through its whole kill sequence
+// Tells launch/strata-mpirun that this rank ends with exit `code` (2: a user error; 1: an
+// internal error or a stop for non-finite values; not 3, a device or communication failure,
+// which may be a lost node that mpirun reports itself), by a file in STRATA_EXIT_DIR when it is set: Open MPI's mpirun sleeps through its whole kill sequence
 // (twice the wrapper's grace) after a rank exits non-zero, though nothing is left to save; the
 // wrapper ends it once the ranks have gone, with this code. abort_job() calls it.
 void note_failed_exit(int code);

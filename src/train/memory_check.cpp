@@ -3,7 +3,8 @@
 // estimate; the activation arena: the model's own plan) are estimated from the config and compared with what
 // the rank's device has (a GPU's free memory shared by the ranks on it; on the CPU the node's
 // available memory shared by its ranks). A config that cannot fit is refused with exit 2.
-#include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
@@ -131,12 +132,12 @@ void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device
   const bool params_in_file = z.offload_param.device == OffloadDevice::Nvme;
   std::string advice;
   if (e.host_buffers > (e.host - e.host_buffers) && (optimizer_in_file || params_in_file)) {
-    advice = fmt::format("lower zero_optimization.{}, whose buffers take {}",
-                         optimizer_in_file && params_in_file
-                             ? fmt::format("offload_optimizer.buffer_count ({}) or offload_param.buffer_count ({})",
-                                           z.offload_optimizer.buffer_count, z.offload_param.buffer_count)
-                         : optimizer_in_file ? fmt::format("offload_optimizer.buffer_count ({})", z.offload_optimizer.buffer_count)
-                                             : fmt::format("offload_param.buffer_count ({})", z.offload_param.buffer_count),
+    std::vector<std::string> keys;
+    if (optimizer_in_file) {
+      keys.push_back(fmt::format("offload_optimizer.buffer_count ({})", z.offload_optimizer.buffer_count));
+    }
+    if (params_in_file) keys.push_back(fmt::format("offload_param.buffer_count ({})", z.offload_param.buffer_count));
+    advice = fmt::format("lower zero_optimization.{}, whose buffers take {}", fmt::join(keys, " or "),
                          gib(e.host_buffers));
   } else if (!optimizer_in_file || (params_offloaded && !params_in_file)) {
     advice = params_offloaded ? "offload_optimizer.device and offload_param.device nvme (the state in files)"
