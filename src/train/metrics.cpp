@@ -97,22 +97,26 @@ nlohmann::json step_record(const StepMetrics& m) {
   return r;
 }
 
-void check_report_file(const std::string& key, const std::string& path) {
+namespace {
+
+// `path` opened for appending, its folders created; a UserError naming `key` when it cannot be.
+std::FILE* open_appending(const std::string& key, const std::string& path) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "a"), &std::fclose);
+  std::FILE* file = std::fopen(path.c_str(), "a");
   if (!file) throw UserError(fmt::format("{}: cannot open '{}' for writing: {}", key, path, std::strerror(errno)));
+  return file;
+}
+
+}  // namespace
+
+void check_report_file(const std::string& key, const std::string& path) {
+  std::fclose(open_appending(key, path));
 }
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
-  const std::filesystem::path p(path);
-  std::error_code ec;
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  file_.reset(std::fopen(path.c_str(), "a"));
-  if (!file_) {
-    throw UserError(fmt::format("logging.metrics_file: cannot open '{}' for writing: {}", path, std::strerror(errno)));
-  }
+  file_.reset(open_appending("logging.metrics_file", path));
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
