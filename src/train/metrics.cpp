@@ -4,10 +4,13 @@
 #include <fmt/core.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "core/core.h"
 
@@ -117,6 +120,71 @@ void check_report_file(const std::string& key, const std::string& path) {
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   file_.reset(open_appending("logging.metrics_file", path));
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  earlier_bytes_ = ec ? 0 : static_cast<int64_t>(size);
+}
+
+namespace {
+
+// The bytes of `path` from `offset` on.
+std::string read_from(const std::string& path, int64_t offset) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(offset);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Where the last complete line of the file's first `bytes` bytes ends (0: none).
+int64_t complete_lines_end(const std::string& path, int64_t bytes) {
+  std::ifstream in(path, std::ios::binary);
+  constexpr int64_t kWindow = 1 << 16;
+  for (int64_t end = bytes; end > 0;) {
+    const int64_t begin = std::max<int64_t>(0, end - kWindow);
+    std::string piece(static_cast<size_t>(end - begin), '\0');
+    in.seekg(begin);
+    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    const size_t newline = piece.rfind('\n');
+    if (newline != std::string::npos) return begin + static_cast<int64_t>(newline) + 1;
+    end = begin;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void MetricsWriter::start_run(bool resumed) {
+  if (!file_ || failed() || earlier_bytes_ == 0) return;
+  const int64_t keep = resumed ? complete_lines_end(path_, earlier_bytes_) : 0;
+  if (keep == earlier_bytes_) return;  // a resumed run continuing whole records
+  const std::string own = read_from(path_, earlier_bytes_);  // this run's records so far
+  file_.reset();
+  std::error_code ec;
+  if (resumed) {
+    std::filesystem::resize_file(path_, static_cast<uint64_t>(keep), ec);
+    log_warn("logging.metrics_file: {} ended in an unfinished record ({} bytes, cut short by a full disk or a "
+             "kill): dropped",
+             path_, earlier_bytes_ - keep);
+  } else {
+    const std::string prev = path_ + ".prev";
+    std::filesystem::rename(path_, prev, ec);
+    if (!ec) std::filesystem::resize_file(prev, static_cast<uint64_t>(earlier_bytes_), ec);
+    if (!ec) {
+      log_info("logging.metrics_file: {} held an earlier run's records: moved to {}; this run starts the file anew",
+               path_, prev);
+    }
+  }
+  if (ec) {
+    error_ = fmt::format("logging.metrics_file: setting aside the earlier records of '{}' failed: {}", path_,
+                         ec.message());
+    log_error("{}", error_);
+    return;
+  }
+  file_.reset(std::fopen(path_.c_str(), "a"));
+  earlier_bytes_ = 0;
+  if (!file_ || std::fwrite(own.data(), 1, own.size(), file_.get()) != own.size() || std::fflush(file_.get()) != 0) {
+    error_ = fmt::format("logging.metrics_file: writing '{}' failed: {}", path_, std::strerror(errno));
+    log_error("{}", error_);
+  }
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {

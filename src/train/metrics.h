@@ -59,8 +59,16 @@ void check_report_file(const std::string& key, const std::string& path);
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  // Opens for append (resume continues the same file), creating parent directories.
+  // Opens for append, creating parent directories. What the file held before is settled by
+  // start_run, once the run knows whether it resumes (a job the checkpoint folder's lock refuses
+  // never gets there, and leaves the file of the job holding it as it was).
   explicit MetricsWriter(const std::string& path);
+  // A resumed run continues the file, less an unfinished last record (a write cut short by a
+  // full disk or a kill): its own records would otherwise be glued to it. A run that does not
+  // resume starts the file anew, so that readers never join two runs' steps into one curve: the
+  // earlier run's records move to `<path>.prev` (replacing an older one). The records this run
+  // wrote before the call stay, in order.
+  void start_run(bool resumed);
   void write(const nlohmann::json& record);
   bool enabled() const { return file_ != nullptr; }
   bool failed() const { return !error_.empty(); }
@@ -70,6 +78,7 @@ class MetricsWriter {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
   std::string path_;
   std::string error_;
+  int64_t earlier_bytes_ = 0;  // the file's size when this run opened it
 };
 
 // DeepSpeed's csv_monitor: in DIR (output_path/job_name), one file per event, named after it

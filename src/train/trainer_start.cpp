@@ -41,6 +41,7 @@ void Trainer::start_state() {  // after prepare_checkpoint_dir
   }
   if (!resumed) check_same_start(-1);
   settle_run_identity(resumed ? resume_path : std::string(), resume == "auto");
+  metrics_.start_run(resumed);
   if (resumed) {
     if (!cfg_.model.init_from.empty()) {
       log_info("model.init_from ({}) is not used: the run resumes from a checkpoint", cfg_.model.init_from);

@@ -69,4 +69,21 @@ cat "$WORK/c.log" | tail -n 3
 [ "$rc" -eq 0 ] || fail "SIGTERM: exit code $rc, expected 0"
 grep -q "signal 15 received" "$WORK/c.log" || fail "SIGTERM not reported"
 [ -f "$WORK/ckpt_c/latest" ] || fail "SIGTERM: no checkpoint saved"
+
+# The metrics file holds one run: a run that does not resume moves an earlier run's records to
+# FILE.prev (so a reader never joins two runs' steps into one curve); a resumed run drops an
+# unfinished last record (a full disk, a kill mid-write) instead of gluing its own to it.
+write_small_config "$WORK/f.yaml" "$WORK/data" "train: {iters: 3, seed: 3}" "logging: {metrics_file: \"$WORK/f.jsonl\"}"
+run_expect 0 "$STRATA" train --config "$WORK/f.yaml"
+run_expect 0 "$STRATA" train --config "$WORK/f.yaml" --set train.iters=2
+expect_contains "$OUT" "held an earlier run's records: moved to $WORK/f.jsonl.prev"
+[ "$(train_losses "$WORK/f.jsonl" | cut -d' ' -f1 | xargs)" = "1 2" ] || fail "a fresh run kept an earlier run's steps"
+[ "$(train_losses "$WORK/f.jsonl.prev" | cut -d' ' -f1 | xargs)" = "1 2 3" ] || fail "the earlier run's records not in .prev"
+head -n 1 "$WORK/f.jsonl" | grep -q '"type":"memory"' || fail "the fresh run's first record is not its memory record"
+run_expect 0 "$STRATA" train --config "$WORK/f.yaml" --set checkpoint.dir="$WORK/ckpt_f"
+printf '{"type":"train","step":4,"lo' >> "$WORK/f.jsonl"
+run_expect 0 "$STRATA" train --config "$WORK/f.yaml" --set checkpoint.dir="$WORK/ckpt_f" --set train.iters=5
+expect_contains "$OUT" "ended in an unfinished record (28 bytes"
+python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$WORK/f.jsonl" || fail "a line is not JSON"
+[ "$(train_losses "$WORK/f.jsonl" | cut -d' ' -f1 | xargs)" = "1 2 3 4 5" ] || fail "the resumed file's steps"
 echo ok
