@@ -29,7 +29,7 @@
 #   MPIRUN_FLAGS (extra flags for mpirun, e.g. "--oversubscribe").
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"; exit 2; }
+usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"; exit 0; }
 die() { echo "sweep: $*" >&2; exit 2; }
 
 base="" out="" np=1 grid="" only="" from_plan="" hardware="h100-sxm"

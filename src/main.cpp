@@ -9,7 +9,6 @@
 #include <exception>
 #include <limits>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -76,10 +75,12 @@ std::string unknown_subcommand(CLI::App& app, int argc, char** argv) {
     if (word.empty() || word[0] == '-' || subcommands.empty()) return "";
     auto named = std::find_if(subcommands.begin(), subcommands.end(), [&](CLI::App* s) { return s->check_name(word); });
     if (named == subcommands.end()) {
-      std::string listed;
+      std::string listed, diagnostics;
       for (CLI::App* s : subcommands) {
-        if (!s->get_group().empty()) listed += (listed.empty() ? "" : ", ") + s->get_name();
+        std::string& list = s->get_group() == "Diagnostics" ? diagnostics : listed;
+        if (!s->get_group().empty()) list += (list.empty() ? "" : ", ") + s->get_name();
       }
+      if (!diagnostics.empty()) listed += "; diagnostics: " + diagnostics;
       return fmt::format("{}: unknown command '{}' (commands: {})", path, word, listed);
     }
     level = *named;
@@ -154,7 +155,8 @@ void add_data_commands(CLI::App& app, Commands& c) {
       c.encode->add_option("--tokenizer", c.encode_options.tokenizer,
                            "GPT-2 BPE: tokenizer.json, vocab.json (merges.txt beside it), their folder, or a tiktoken file");
   c.encode->add_option("--split-on", c.encode_options.document_delimiter,
-                       "Split each file into documents at this text (\\n, \\r, \\t, \\\\ as escapes); default: a file is a document")
+                       "Split each file into documents at this text (\\n, \\r, \\t, \\\\ as escapes; needs --tokenizer); "
+                       "default: a file is a document")
       ->transform([](std::string text) {
         if (text.empty()) throw CLI::ValidationError("empty: it splits nothing (leave it out: a file is a document)");
         try {
@@ -193,18 +195,18 @@ void add_commands(CLI::App& app, Commands& c) {
   c.info->add_option("--pp", c.info_options.pp, "Pipeline-parallel size for the coordinates shown")->check(kWholeCount);
 
   // strata comm-check [--seconds S] [--bytes N]: a diagnostic for checking an MPI
-  // installation; group "" keeps it out of `strata --help` (`strata comm-check --help` works).
+  // installation, listed apart in `strata --help`.
   c.comm_check = app.add_subcommand("comm-check", "Check and time collectives on all ranks (run under mpirun)");
-  c.comm_check->group("");
+  c.comm_check->group("Diagnostics");
   c.comm_check->add_option("--seconds", c.comm_check_options.seconds, "Run rounds for about this long")
       ->check(CLI::NonNegativeNumber);
   c.comm_check->add_option("--bytes", c.comm_check_options.bytes, "Size of each operation's buffer")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
 
   // strata adam-check [--params N] [--threads T] [--rounds R]: the offloaded optimizer's host
-  // AdamW checked and timed on this node (no MPI; hidden from `strata --help` like comm-check).
+  // AdamW checked and timed on this node (no MPI; a diagnostic like comm-check).
   c.adam_check = app.add_subcommand("adam-check", "Check and time the host AdamW of offloaded optimizer state");
-  c.adam_check->group("");
+  c.adam_check->group("Diagnostics");
   c.adam_check->add_option("--params", c.adam_check_options.params, "Parameters of the timed step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
   c.adam_check->add_option("--threads", c.adam_check_options.threads, "Threads (default: every core)")
@@ -271,9 +273,7 @@ int run_config(const Commands& c) {
   const strata::Config cfg = load_for_config_command(c);
   for (const std::string& note : strata::deepspeed_notes(cfg)) std::printf("# %s\n", note.c_str());
   std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
-  // The derived values as comments: the output loads back as the same config.
-  std::istringstream derived(strata::derived_to_yaml(cfg));
-  for (std::string line; std::getline(derived, line);) std::printf("# %s\n", line.c_str());
+  std::fputs(strata::derived_as_comments(cfg).c_str(), stdout);
   strata::print_blend_report(cfg);
   return 0;
 }

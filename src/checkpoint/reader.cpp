@@ -67,12 +67,12 @@ void check_manifest_integrity(const std::string& dir, const std::string& text, c
     const std::string sidecar = ckpt::join_path(dir, ckpt::kManifestChecksumFile);
     if (!ckpt::path_exists(sidecar)) {
       throw UserError(sidecar + ": missing; it guards " + manifest_path +
-                      " against changes, so this checkpoint cannot be trusted (restore the file, or resume from "
+                      " against changes, so this checkpoint cannot be trusted (restore the file, or use "
                       "another checkpoint)");
     }
     if (ckpt::read_text_file(sidecar) != ckpt::manifest_checksum_text(text)) {
       throw UserError(manifest_path + ": its bytes do not match " + sidecar +
-                      ": the manifest was edited or damaged after the save; resume from another checkpoint (or "
+                      ": the manifest was edited or damaged after the save; use another checkpoint (or "
                       "restore the original manifest)");
     }
   }

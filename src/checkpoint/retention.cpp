@@ -114,12 +114,13 @@ Room measure_room(const std::string& root, int64_t step, int keep_last, const st
   return room;
 }
 
-void throw_if_no_room(const Room& room, const std::string& root, int64_t step, int keep_last) {
+// `what`: the save ("the checkpoint of step 40"), or at start-up each save of the run.
+void throw_if_no_room(const Room& room, const std::string& root, const std::string& what, int keep_last) {
   if (!room.known || room.free_bytes + room.reclaimable >= room.needed) return;
   throw UserError(fmt::format(
-      "checkpoint.dir {}: the checkpoint of step {} needs about {} but the file system has {} free{}; free up "
+      "checkpoint.dir {}: {} needs about {} but the file system has {} free{}; free up "
       "space there, lower checkpoint.keep_last, or point checkpoint.dir at a larger file system",
-      root, step, gigabytes(room.needed), gigabytes(room.free_bytes),
+      root, what, gigabytes(room.needed), gigabytes(room.free_bytes),
       room.reclaimable > 0 ? fmt::format(" ({} more after deleting what checkpoint.keep_last {} drops)",
                                          gigabytes(room.reclaimable), keep_last)
                            : std::string()));
@@ -130,7 +131,7 @@ void throw_if_no_room(const Room& room, const std::string& root, int64_t step, i
 void ensure_room(const std::string& root, int64_t step, int keep_last, const std::string& run_id, uint64_t bytes) {
   const Room room = measure_room(root, step, keep_last, run_id, bytes);
   if (!room.known || room.free_bytes >= room.needed) return;
-  throw_if_no_room(room, root, step, keep_last);
+  throw_if_no_room(room, root, fmt::format("the checkpoint of step {}", step), keep_last);
   log_warn("checkpoint: {} free in {} but the checkpoint of step {} needs about {}: deleting now what the save "
            "would prune after it (checkpoint.keep_last {}): {} dir(s), {}",
            gigabytes(room.free_bytes), root, step, gigabytes(room.needed), keep_last, room.removable.size(),
@@ -142,7 +143,8 @@ void ensure_room(const std::string& root, int64_t step, int keep_last, const std
 
 void check_checkpoint_room(const std::string& root, int64_t step, int keep_last, const std::string& run_id,
                            uint64_t bytes) {
-  ckpt::throw_if_no_room(ckpt::measure_room(root, step, keep_last, run_id, bytes), root, step, keep_last);
+  ckpt::throw_if_no_room(ckpt::measure_room(root, step, keep_last, run_id, bytes), root,
+                         "each checkpoint of this run", keep_last);
 }
 
 int64_t checkpoint_dir_step(const std::string& path) {

@@ -458,6 +458,9 @@ void resolve_config(Config& cfg, int world_size);
 std::string config_to_yaml(const Config& cfg);
 // The `derived:` block for `strata config`.
 std::string derived_to_yaml(const Config& cfg);
+// The same as YAML comments ("# derived:"), so that a resolved config printed with them (by
+// strata config, and in strata train's banner) loads back as the same config.
+std::string derived_as_comments(const Config& cfg);
 // The notes a run prints at start-up: each DeepSpeed key that was filled in (auto) or that
 // changes nothing in strata (accepted, disabled), "path: what strata did".
 std::vector<std::string> deepspeed_notes(const Config& cfg);

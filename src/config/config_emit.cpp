@@ -4,6 +4,7 @@
 // the run's config.
 #include <fmt/format.h>
 
+#include <sstream>
 #include <stdexcept>
 
 #include "config/config_fields.h"
@@ -155,7 +156,7 @@ class FieldWriter {
 
 std::string config_to_yaml(const Config& cfg) {
   YamlWriter w;
-  w.comment("strata config: every key, defaults filled in");
+  w.comment("strata config: every key that has a value, defaults filled in");
   FieldWriter fields(w);
   config_detail::config_fields(fields, cfg);
   return w.text();
@@ -179,6 +180,13 @@ std::string derived_to_yaml(const Config& cfg) {
   w.key("flops_per_token", number(d.flops_per_token));
   w.close();
   return w.text();
+}
+
+std::string derived_as_comments(const Config& cfg) {
+  std::istringstream derived(derived_to_yaml(cfg));
+  std::string text;
+  for (std::string line; std::getline(derived, line);) text += "# " + line + "\n";
+  return text;
 }
 
 }  // namespace strata

@@ -179,7 +179,8 @@ LoopState read_loop_state(const CheckpointReader& reader, const std::string& sou
     const nlohmann::json now = model_meta(dims).at(key);
     if (saved.at(key) != now) {
       throw UserError(fmt::format("{}: {}: the checkpoint's model has {} {} but the config asks for {}; resume with "
-                                  "the same model.{} or set checkpoint.resume: none",
+                                  "the same model.{}, or start over (checkpoint.resume: none with checkpoint.overwrite: true, or "
+                                  "another checkpoint.dir)",
                                   source_key, reader.path(), key, saved.at(key).dump(), now.dump(), key));
     }
   }

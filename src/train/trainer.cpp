@@ -181,7 +181,9 @@ void Trainer::save_if_sound(int64_t step) {
 
 int Trainer::stop_for_signal() {
   if (metrics_failed_) {
-    log_info("stopping after step {}: the metrics file cannot be written (see the error above)", state_.step);
+    // On the error's stream, so that it follows the error also where both streams go to one file.
+    if (mpi_.world_rank() == 0)
+      log_warn("stopping after step {}: the metrics file cannot be written (see the error above)", state_.step);
     save_if_sound(state_.step);
     return kExitUserError;
   }
@@ -224,7 +226,8 @@ int Trainer::run_loop() {
   report_memory();
   // The memory record was the metrics file's first write: no use training without it.
   if (agree_to_stop()) {
-    log_info("stopping before the first step: the metrics file cannot be written (see the error above)");
+    if (mpi_.world_rank() == 0)
+      log_warn("stopping before the first step: the metrics file cannot be written (see the error above)");
     return kExitUserError;
   }
   start_state();
@@ -301,7 +304,7 @@ int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
   limit_blas_threads(mpi);
   if (mpi.world_rank() == 0) {
     log_info("strata {} | {} rank(s) | config {}", STRATA_VERSION, mpi.world_size(), options.config_path);
-    log_info("resolved config:\n{}{}", config_to_yaml(cfg), derived_to_yaml(cfg));
+    log_info("resolved config:\n{}{}", config_to_yaml(cfg), derived_as_comments(cfg));
     for (const std::string& note : deepspeed_notes(cfg)) log_info("config: {}", note);
   }
   Trainer trainer(mpi, std::move(cfg), options);

@@ -62,7 +62,7 @@ SH
     fail "read-only: $(cat "$WORK/readonly.log")"
   grep -q "checkpoint.dir $WORK/ro/sub/ckpt: cannot be created (Read-only file system" "$WORK/ro_parent.log" ||
     fail "read-only parent: $(cat "$WORK/ro_parent.log")"
-  grep -q "the checkpoint of step 0 needs about .* but the file system has .* free" "$WORK/full.log" ||
+  grep -q "each checkpoint of this run needs about .* but the file system has .* free" "$WORK/full.log" ||
     fail "full: $(cat "$WORK/full.log")"
 else
   echo "read-only and full folders: skipped (no mount namespaces here: needs root)"

@@ -75,6 +75,10 @@ grep -q "signal 15 received" "$WORK/c.log" || fail "SIGTERM not reported"
 # unfinished last record (a full disk, a kill mid-write) instead of gluing its own to it.
 write_small_config "$WORK/f.yaml" "$WORK/data" "train: {iters: 3, seed: 3}" "logging: {metrics_file: \"$WORK/f.jsonl\"}"
 run_expect 0 "$STRATA" train --config "$WORK/f.yaml"
+# The banner's resolved config (its derived values as comments) loads back as a config.
+awk '/resolved config:$/ { f = 1; next } f { print } /^#   flops_per_token/ { exit }' <<<"$OUT" > "$WORK/banner.yaml"
+grep -q "^#   flops_per_token" "$WORK/banner.yaml" || fail "no derived values in the banner"
+run_expect 0 "$STRATA" config "$WORK/banner.yaml"
 run_expect 0 "$STRATA" train --config "$WORK/f.yaml" --set train.iters=2
 expect_contains "$OUT" "held an earlier run's records: moved to $WORK/f.jsonl.prev"
 [ "$(train_losses "$WORK/f.jsonl" | cut -d' ' -f1 | xargs)" = "1 2" ] || fail "a fresh run kept an earlier run's steps"
