@@ -80,6 +80,10 @@ struct LoopState {
   // The run's identity (checkpoint.h, new_run_id), kept across resumes; "" in a checkpoint saved
   // before run ids.
   std::string run_id;
+  // The reports due at `step` ("eval", "sample") that a stop cut short: a resumed run makes them
+  // first, so that it records what an uninterrupted run does (the sample RNG is saved as it was
+  // before the cut sample).
+  std::vector<std::string> pending_reports;
 };
 
 nlohmann::json model_meta(const GptDims& dims);

@@ -155,7 +155,8 @@ std::string save_training_checkpoint(const Config& cfg, int64_t step, const Loop
       {"layout", {{"world_size", cfg.derived.world_size}, {"dp", cfg.derived.dp_size}, {"tp", cfg.derived.tp_size},
                   {"pp", cfg.derived.pp_size}, {"zero_stage", cfg.zero_optimization.stage}}},
       {"config", config_to_yaml(cfg)},
-      {"run_id", state.run_id}};
+      {"run_id", state.run_id},
+      {"pending_reports", state.pending_reports}};
   if (state.loss_scaler) {
     const LossScalerState& ls = *state.loss_scaler;
     // nlohmann writes doubles so that they read back bit-exact: the resume is exact.
@@ -202,6 +203,7 @@ LoopState read_loop_state(const CheckpointReader& reader, const std::string& sou
   if (meta.contains("loader_next_sequence")) state.next_sequence = meta.at("loader_next_sequence").get<int64_t>();
   if (meta.contains("data_order")) state.data_order = meta.at("data_order");
   if (meta.contains("run_id")) state.run_id = meta.at("run_id").get<std::string>();
+  if (meta.contains("pending_reports")) state.pending_reports = meta.at("pending_reports").get<std::vector<std::string>>();
   const int saved_rank = rank < reader.saved_world_size() ? rank : 0;
   const nlohmann::json& rng = reader.rank_state(saved_rank).at("sample_rng");
   state.sample_rng = {rng.at("seed").get<uint64_t>(), rng.at("stream").get<uint64_t>(), rng.at("counter").get<uint64_t>()};

@@ -122,6 +122,20 @@ void Trainer::save(int64_t step) {
   log_info("saved checkpoint {} ({:.1f}s)", dir, t.seconds());
 }
 
+bool Trainer::make_reports(bool eval, bool sample_due) {
+  state_.pending_reports.clear();
+  if (eval && !evaluate(state_.step)) {
+    state_.pending_reports.push_back("eval");
+    if (sample_due) state_.pending_reports.push_back("sample");
+    return false;
+  }
+  if (sample_due && !sample(state_.step)) {
+    state_.pending_reports.push_back("sample");
+    return false;
+  }
+  return true;
+}
+
 bool Trainer::evaluate(int64_t step) {
   if (!val_data_) return true;
   const Timer t;
@@ -231,7 +245,7 @@ int Trainer::run_loop() {
     return kExitUserError;
   }
   start_state();
-  if (state_.step >= total) {
+  if (state_.step >= total && state_.pending_reports.empty()) {
     log_info("nothing to do: the checkpoint is at step {} and train.iters is {}", state_.step, total);
     return 0;
   }
@@ -239,6 +253,13 @@ int Trainer::run_loop() {
   // wait minutes on a checkpoint, or on a peer that failed) it ends the process at once.
   install_stop_signal_handlers();
   if (engine_.pipeline_stages() > 1) stop_vote_ = std::make_unique<WorldVote>(mpi_);  // collective
+  if (!state_.pending_reports.empty()) {
+    const std::vector<std::string> pending = state_.pending_reports;
+    const auto has = [&](const char* what) { return std::find(pending.begin(), pending.end(), what) != pending.end(); };
+    log_info("the {} of step {} that a stop cut short: making {} now", fmt::join(pending, " and "), state_.step,
+             pending.size() == 1 ? "it" : "them");
+    if (!make_reports(has("eval"), has("sample"))) return stop_for_signal();
+  }
   const Timer run_timer;
   const int64_t first_step = state_.step;
   const auto due = [&](int64_t interval, bool last) {
@@ -261,8 +282,8 @@ int Trainer::run_loop() {
       log_info("{}", format_step_line(m));
     }
     if (!count_nonfinite(m)) return kExitInternalError;
-    if (due(cfg_.train.eval_interval, last) && !evaluate(state_.step)) return stop_for_signal();
-    if (due(cfg_.logging.sample_interval, last) && !sample(state_.step)) return stop_for_signal();
+    if (!make_reports(due(cfg_.train.eval_interval, last), due(cfg_.logging.sample_interval, last)))
+      return stop_for_signal();
     if (due(cfg_.checkpoint.save_interval, last) || last) save_if_sound(state_.step);
     if (agree_to_stop()) return stop_for_signal();
   }

@@ -152,6 +152,9 @@ class Trainer {
   int stop_for_signal();
   // Both false when a stop signal interrupted them.
   bool evaluate(int64_t step);
+  // The evaluation and the sample of this step, as due; false when a stop cut them short (those
+  // not made are then the state's pending_reports, saved with the step).
+  bool make_reports(bool eval, bool sample);
   bool sample(int64_t step);
   // trainer_faults.cpp: counts a step with a non-finite gradient; false when the run must stop
   // (after reporting why).

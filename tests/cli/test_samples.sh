@@ -51,4 +51,27 @@ run_expect 2 "$STRATA" config "$WORK/s.yaml" --set model.vocab_size=200
 expect_contains "$OUT" "logging.sample_interval: samples start from byte-level text"
 run_expect 2 "$STRATA" config "$WORK/s.yaml" --set model.vocab_size=300
 expect_contains "$OUT" "logging.sample_prompt: a text prompt in a vocabulary of 300 needs data.tokenizer"
+
+# A stop during a sample saves the step with the sample pending: the resumed run makes it first,
+# and every sample is then an uninterrupted run's (the RNG is saved as before the cut sample).
+write_small_config "$WORK/p.yaml" "$WORK/data" "train: {iters: 2, seed: 3}" "checkpoint: {dir: \"$WORK/ckpt_p\"}" \
+  "logging: {metrics_file: \"$WORK/p.jsonl\", sample_interval: 1, sample_tokens: 1000000000}"
+run_expect 0 "$STRATA" train --config "$WORK/p.yaml" --set checkpoint.dir= --set logging.sample_tokens=16 \
+  --set logging.metrics_file="$WORK/p_ref.jsonl"
+"$STRATA" train --config "$WORK/p.yaml" > "$WORK/p1.log" 2>&1 &
+pid=$!
+wait_for_train_record "$WORK/p.jsonl"
+sleep 0.5
+kill -INT "$pid"
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" -eq 0 ] || { cat "$WORK/p1.log"; fail "SIGINT while sampling: exit $rc, expected 0"; }
+grep -q '"sample"' "$WORK/p.jsonl" && fail "the cut sample was recorded"
+run_expect 0 "$STRATA" train --config "$WORK/p.yaml" --set logging.sample_tokens=16
+expect_contains "$OUT" "the sample of step 1 that a stop cut short: making it now"
+python3 - "$WORK/p_ref.jsonl" "$WORK/p.jsonl" <<'PY'
+import json, sys
+ref, got = ([(r["step"], r["text"]) for r in map(json.loads, open(f)) if r["type"] == "sample"] for f in sys.argv[1:])
+assert [s for s, _ in ref] == [1, 2] and got == ref, (ref, got)
+print("samples after a stop mid-sample: those of an uninterrupted run")
+PY
 echo ok
