@@ -3,7 +3,9 @@
 // transformers' GPT2LMHeadModel loads. Tensors stream through one at a time.
 #include <stdio.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <regex>
@@ -151,8 +153,17 @@ void export_huggingface(const std::string& checkpoint_path, const std::string& o
                       ckpt::shape_string(reader.info(stored).global_shape) + ", expected " +
                       ckpt::shape_string(t.stored_shape) + " from global_meta.model");
     }
-    writer.add_streamed(t.hf_name, DType::F32, t.export_shape, [&reader, stored, t](void* buffer) {
+    writer.add_streamed(t.hf_name, DType::F32, t.export_shape, [&reader, stored, t, &where](void* buffer) {
       reader.read_box(stored, std::vector<int64_t>(t.export_shape.size(), 0), t.export_shape, DType::F32, buffer);
+      // A resume refuses such a checkpoint; a model that computes NaN is no export either.
+      int64_t n = 1;
+      for (int64_t d : t.export_shape) n *= d;
+      const float* values = static_cast<const float*>(buffer);
+      const float* bad = std::find_if(values, values + n, [](float v) { return !std::isfinite(v); });
+      if (bad != values + n) {
+        throw UserError(fmt::format("{}: parameter '{}' holds a non-finite value ({} at element {}); cannot export",
+                                    where, stored, *bad, bad - values));
+      }
     });
   }
   writer.set_metadata("format", "pt");

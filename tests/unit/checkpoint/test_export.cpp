@@ -1,6 +1,7 @@
 // HuggingFace export of a small GPT-2 checkpoint saved by two ranks: HF names, un-padded wte,
 // F32 data equal to the checkpoint's, and a config.json transformers can read.
 #include "catch_compat.h"
+#include <cmath>
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
@@ -161,4 +162,12 @@ TEST_CASE("export refuses checkpoints it cannot turn into GPT-2") {
   CHECK_THROWS_WITH(export_huggingface(dir / "wrong", dir / "out3"),
                     strata_catch::Contains("has shape [16, 4], expected [16, 8]"));
   CHECK_THROWS_WITH(export_huggingface(dir / "absent", dir / "out4"), strata_catch::StartsWith("export: "));
+
+  std::vector<Param> nan_params = params;
+  nan_params[5].values[2] = std::nanf("");
+  save_model(dir / "nan", nan_params, model_meta());
+  CHECK_THROWS_WITH(export_huggingface(dir / "nan", dir / "out5"),
+                    strata_catch::Contains("parameter 'model." + nan_params[5].hf_name +
+                                           "' holds a non-finite value (nan at element 2); cannot export"));
+  CHECK(!std::filesystem::exists(dir / "out5/model.safetensors"));
 }
