@@ -148,7 +148,8 @@ int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& h
   const std::string params = n >= 1e9 ? fmt::format("{:.2f}B", n / 1e9) : fmt::format("{:.1f}M", n / 1e6);
   std::printf("strata plan: %s parameters, seq_len %d, global batch %d on %d × %s (%d per node)\n", params.c_str(),
               cfg.model.seq_len, cfg.derived.global_batch, o.gpus, hw.name.c_str(), gpn);
-  std::printf("%d layouts considered, %d valid, %d fit; the best %d by predicted tokens/s:\n", considered,
+  std::printf("%d layouts considered, %d valid, %d fit; the best %d by predicted tokens/s (within 0.5%%, the simpler "
+              "first):\n", considered,
               static_cast<int>(all.size()), fitting, shown);
   for (int i = 0; i < shown; ++i) {
     const Prediction& p = all[static_cast<size_t>(i)];

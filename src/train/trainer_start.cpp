@@ -292,18 +292,18 @@ void Trainer::warn_if_data_order_changed(const nlohmann::json& saved) const {
   const nlohmann::json now = data_order();
   const auto at = [](const nlohmann::json& j, const char* key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
   std::string changes;
-  // A blend's sources read as "1000 tokens x 3, 500 x 1"; a plain glob has none.
+  // A blend's sources read as "[1000 tokens x weight 3, 500 tokens x weight 1]"; a plain glob has none.
   const auto text = [](const nlohmann::json& v) {
     if (v.is_null()) return std::string("one source (no blend)");
     if (!v.is_array()) return v.dump();
     std::string out;
     for (const nlohmann::json& s : v)
       out += fmt::format("{}{} tokens x weight {}", out.empty() ? "" : ", ", s.value("tokens", 0), s.value("weight", 0.0));
-    return out;
+    return "[" + out + "]";
   };
   const auto add = [&](const std::string& what, const char* key) {
-    changes += fmt::format("{}{} is {}, {} then", changes.empty() ? "" : "; ", what, text(at(now, key)),
-                           text(at(saved, key)));
+    changes += fmt::format("{}{} is now {} ({} at the checkpoint)", changes.empty() ? "" : "; ", what,
+                           text(at(now, key)), text(at(saved, key)));
   };
   if (at(saved, "tokens") != at(now, "tokens")) add("the token count of data.train", "tokens");
   if (at(saved, "sources") != at(now, "sources")) add("the blend of data.train (tokens and weight per source)", "sources");

@@ -52,7 +52,7 @@ PY
 # ... and a resume that changes what orders the data says so (not when nothing changed).
 run_expect 0 "$STRATA" train --config "$WORK/g.yaml" --set gradient_accumulation_steps=1 --set train.iters=8 \
   --set data.shuffle=true
-expect_contains "$OUT" "the data order differs from the checkpoint's run (data.shuffle is true, false then)"
+expect_contains "$OUT" "the data order differs from the checkpoint's run (data.shuffle is now true (false at the checkpoint))"
 run_expect 0 "$STRATA" train --config "$WORK/g.yaml" --set gradient_accumulation_steps=1 --set train.iters=9 \
   --set data.shuffle=true
 grep -qF "data order differs" <<<"$OUT" && fail "a resume with the same data order warned"

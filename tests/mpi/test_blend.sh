@@ -43,8 +43,8 @@ run dp2 2 2 "$(blend 3 1)" --set zero_optimization.stage=1
 run grid 8 2 "$(blend 3 1)" --set parallelism.tensor_model_parallel_size=2 \
   --set parallelism.pipeline_model_parallel_size=2 --set parallelism.sequence_parallel=true
 run other_weights 1 4 "$(blend 1 3)"
-expect_contains "$OUT" "the blend of data.train (tokens and weight per source) is "
-expect_contains "$OUT" " tokens x weight 1 then"
+expect_contains "$OUT" "the blend of data.train (tokens and weight per source) is now ["
+expect_contains "$OUT" " tokens x weight 1] at the checkpoint)"
 
 # Resume: 10 steps saved, then the run continues to 20 from its own checkpoint.
 config "$WORK/part.yaml" "$(blend 3 1)" "train: {iters: 10, seed: 5}" \
