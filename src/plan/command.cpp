@@ -153,9 +153,10 @@ int print_plan(const PlanOptions& o, const Config& cfg, const HardwareProfile& h
               static_cast<int>(all.size()), fitting, shown);
   for (int i = 0; i < shown; ++i) {
     const Prediction& p = all[static_cast<size_t>(i)];
-    std::printf("%2d. %-72s %11.0f tok/s %8.3g TFLOP/s/GPU  MFU %4.1f%%  %s GiB\n", i + 1,
-                describe_layout(p.layout).c_str(), p.tokens_per_s, p.tflops_per_gpu, 100 * p.mfu,
-                gib(static_cast<double>(p.memory.total())).c_str());
+    const double total = static_cast<double>(p.memory.total());
+    const std::string memory = in_mib(p) ? fmt::format("{:.1f} MiB", total / (1 << 20)) : gib(total) + " GiB";
+    std::printf("%2d. %-72s %11.0f tok/s %8.3g TFLOP/s/GPU  MFU %4.1f%%  %s\n", i + 1,
+                describe_layout(p.layout).c_str(), p.tokens_per_s, p.tflops_per_gpu, 100 * p.mfu, memory.c_str());
     print_breakdown(p);
   }
   if (!o.write_path.empty()) std::printf("wrote the best layout to %s\n", o.write_path.c_str());

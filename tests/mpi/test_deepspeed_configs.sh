@@ -150,7 +150,7 @@ train() {
   local name="$1"; shift
   run_expect 0 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train --config "$WORK/$name.json" "${tiny[@]}" \
     --set "logging.metrics_file=$WORK/$name.jsonl" "$@"
-  [ "$(train_losses "$WORK/$name.jsonl" | wc -l)" -eq 5 ] || fail "$name: expected 5 train records"
+  [ "$(train_losses "$WORK/$name.jsonl" | wc -l)" -eq "${STEPS:-5}" ] || fail "$name: expected ${STEPS:-5} train records"
 }
 train megatron_zero2 --set train_batch_size=8
 expect_contains "$OUT" "config: zero_allow_untested_optimizer: false accepted, changes nothing"
@@ -215,7 +215,7 @@ PY
 # run appends to them without a second header.
 csv=(--set csv_monitor.enabled=true --set "csv_monitor.output_path=$WORK/csv" --set csv_monitor.job_name=job
   --set fp16.enabled=true --set wall_clock_breakdown=true --set "checkpoint.dir=$WORK/csv_ckpt")
-train zero1_fp16 --set train_batch_size=16 --set train_micro_batch_size_per_gpu=4 "${csv[@]}" --set train.iters=3
+STEPS=3 train zero1_fp16 --set train_batch_size=16 --set train_micro_batch_size_per_gpu=4 "${csv[@]}" --set train.iters=3
 train zero1_fp16 --set train_batch_size=16 --set train_micro_batch_size_per_gpu=4 "${csv[@]}"
 expect_contains "$OUT" "resumed from $WORK/csv_ckpt/step_00000003"
 PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
