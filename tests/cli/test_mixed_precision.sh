@@ -41,6 +41,14 @@ run_expect 1 "$STRATA" train --config "$WORK/fp32.yaml" --set fp16.enabled=true 
 expect_contains "$OUT" "4 steps in a row had a non-finite gradient (more than train.max_nonfinite_steps 3)"
 expect_contains "$OUT" "fp16.loss_scale 1e+30 is fixed: 0 lets the scale fall when gradients overflow"
 ! grep -q "lowest loss scale" <<<"$OUT" || fail "a fixed scale was called the lowest"
+# No update was ever applied: the learning rate and clipping are not the cause, and are not advised;
+# a NaN norm prints as nan.
+! grep -q "lower the learning rate\|enable gradient_clipping" <<<"$OUT" || fail "advised the learning rate before any update"
+expect_contains "$OUT" "gradient norm nan"
+! grep -q -- "-nan" <<<"$OUT" || fail "a NaN printed as -nan"
+run_expect 1 "$STRATA" train --config "$WORK/fp32.yaml" --set fp16.enabled=true --set fp16.loss_scale=1e30 \
+  --set train.iters=40 --set train.max_nonfinite_steps=0 --set logging.metrics_file=
+expect_contains "$OUT" "stopping at step 1: 1 step in a row had a non-finite gradient"
 
 # Resume: the same runs interrupted after a checkpoint and resumed must repeat every loss.
 resume_pair() {
