@@ -335,10 +335,6 @@ struct Derived {
   int micro_batch = 0;
   /// Micro-batches per optimizer step.
   int grad_accum = 0;
-  /// Gradients are divided by grad_predivide before their data-parallel reduction (through each
-  /// token's loss weight) and multiplied by grad_postscale after it; their product is 1 / DP.
-  double grad_predivide = 1.0;
-  double grad_postscale = 1.0;
   /// Sequences per optimizer step over all DP ranks (= train_batch_size).
   int global_batch = 0;
   /// global_batch × seq_len.
@@ -387,11 +383,6 @@ struct Config {
   /// The dtype the gradients' data-parallel reductions travel in: fp32, or fp16/bf16 (half the
   /// bytes, rounded). DeepSpeed's default is the training dtype; strata's is fp32.
   DType communication_data_type = DType::F32;
-  /// ZeRO 0: divide gradients by the data-parallel size before their reduction (DeepSpeed's
-  /// default divides the sum after it). ZeRO 1 ignores it and ZeRO 2-3 refuse it, as DeepSpeed.
-  bool prescale_gradients = false;
-  /// ZeRO 0 without prescale: divide by this before the reduction and by DP / this after it.
-  double gradient_predivide_factor = 1.0;
   /// Clip the global gradient norm to this (0 = off).
   double gradient_clipping = 0.0;
   /// Print a log line every this many steps (0 = never).

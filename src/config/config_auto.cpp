@@ -146,14 +146,6 @@ void describe_resolved_keys(Config& cfg) {
       note.detail = fmt::format("a ZeRO stage 3 setting; it changes nothing at stage {}", cfg.zero_optimization.stage);
       continue;
     }
-    const bool scaling_key = note.path == "prescale_gradients" || note.path == "gradient_predivide_factor";
-    if (scaling_key && cfg.zero_optimization.stage == 1 &&
-        (cfg.prescale_gradients || cfg.gradient_predivide_factor != 1.0)) {
-      note.treatment = "accepted";
-      note.detail = "ignored at ZeRO stage 1, as DeepSpeed ignores it: stage 1 divides gradients by the "
-                    "data-parallel size before their reduction";
-      continue;
-    }
     if (note.treatment != "auto" || !is_batch_key(note.path)) continue;
     if (note.path == "train_batch_size") {
       note.detail = fmt::format("{} (train_micro_batch_size_per_gpu {} × gradient_accumulation_steps {} × "

@@ -92,8 +92,6 @@ void deepspeed_fields(V& v, C& c) {
   v.section("bf16", [&](V& s) { s.value("enabled", c.bf16.enabled); }, "bfloat16");
   v.section("zero_optimization", [&](V& s) { zero_fields(s, c.zero_optimization); });
   v.choice_any_case("communication_data_type", c.communication_data_type, kCommDataTypes);
-  v.value("prescale_gradients", c.prescale_gradients);
-  v.value("gradient_predivide_factor", c.gradient_predivide_factor, positive());
   v.value("gradient_clipping", c.gradient_clipping, at_least(0));
   v.value("steps_per_print", c.steps_per_print, at_least(0));
   v.value("wall_clock_breakdown", c.wall_clock_breakdown);

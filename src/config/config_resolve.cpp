@@ -105,12 +105,6 @@ void resolve_config(Config& cfg, int world_size) {
   d.global_batch = batch.train;
   d.micro_batch = batch.micro;
   d.grad_accum = batch.accum;
-  // Where the mean over data-parallel ranks divides, as DeepSpeed: ZeRO 0 sums and divides after
-  // (with gradient_predivide_factor f: 1/f before, f/DP after) unless prescale_gradients divides
-  // before; ZeRO 1-3 divide before (validation refuses the two keys at 2-3; 1 ignores them).
-  const bool before = cfg.zero_optimization.stage > 0 || cfg.prescale_gradients;
-  d.grad_predivide = before ? d.dp_size : cfg.gradient_predivide_factor;
-  d.grad_postscale = before ? 1.0 : cfg.gradient_predivide_factor / d.dp_size;
 
   ZeroConfig& zero = cfg.zero_optimization;
   if (!zero.overlap_comm) zero.overlap_comm = zero.stage == 3;

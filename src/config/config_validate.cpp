@@ -168,20 +168,6 @@ void check_precision(const Config& c, Problems& p) {
     p.add("bf16.enabled", "fp16 and bf16 are both enabled; enable at most one of them");
 }
 
-// DeepSpeed asserts that ZeRO 2-3 (which divide by DP before the reduce-scatter) are not given a
-// prescale or a predivide factor; ZeRO 1 ignores both (a note says so), ZeRO 0 implements them.
-void check_gradient_scaling(const Config& c, Problems& p) {
-  check_ranges(c, "gradient_predivide_factor", p);
-  const int stage = c.zero_optimization.stage;
-  if (stage < 2 || stage > 3) return;
-  const char* why = "ZeRO stages 2 and 3 divide gradients by the data-parallel size before the reduce-scatter, and "
-                    "DeepSpeed refuses this key there too";
-  if (c.prescale_gradients) p.add("prescale_gradients", fmt::format("true is refused at ZeRO stage {}: {}; use false", stage, why));
-  if (c.gradient_predivide_factor != 1.0)
-    p.add("gradient_predivide_factor",
-          fmt::format("{} is refused at ZeRO stage {}: {}; use 1", c.gradient_predivide_factor, stage, why));
-}
-
 // Offloaded optimizer state is each rank's shard of it: ZeRO stage 0 has no shard (DeepSpeed
 // offloads at stages 1-3 too).
 void check_offload(const Config& c, Problems& p) {
@@ -499,7 +485,6 @@ std::vector<ConfigError> check_config(const Config& c, int world_size) {
   check_scheduler(c.scheduler, p);
   check_precision(c, p);
   check_ranges(c, "zero_optimization", p);
-  check_gradient_scaling(c, p);
   check_offload(c, p);
   check_model(c, p);
   for (auto& e : grid.take()) p.add(e.path, e.message);

@@ -164,13 +164,13 @@ const DeepSpeedKey kListed[] = {
      "DeepSpeed-Ulysses sequence parallelism: the dtype of its all-to-all.",
      "strata's sequence parallelism is Megatron's (parallelism.sequence_parallel) and has no such all-to-all",
      "fp32"},
-    {"prescale_gradients", kImplemented, "Divide gradients by the data-parallel size before the reduction.",
-     "As DeepSpeed: at ZeRO 0 the gradients are divided before the all-reduce (the default sums and divides "
-     "after); ZeRO 1 ignores it (noted) and divides before; ZeRO 2 and 3 refuse true"},
-    {"gradient_predivide_factor", kImplemented,
+    {"prescale_gradients", kAccepted, "Divide gradients by the data-parallel size before the reduction.",
+     "strata always divides before the reduction, at every ZeRO stage (through each token's loss weight, so that "
+     "an fp16 backward holds the same values, and overflows, on every layout)"},
+    {"gradient_predivide_factor", kAccepted,
      "Divide gradients by this before the reduction and by (data-parallel size / factor) after.",
-     "As DeepSpeed: at ZeRO 0 without prescale, 1/factor before the all-reduce and factor/DP after; ZeRO 1 "
-     "ignores it (noted); ZeRO 2 and 3 refuse a factor other than 1"},
+     "strata divides by the whole data-parallel size before the reduction, at every ZeRO stage (through each "
+     "token's loss weight, so that an fp16 backward holds the same values, and overflows, on every layout)"},
     {"gradient_allreduce_op", kAtDefault, "Average (mean) or sum gradients over data-parallel ranks.",
      "strata averages; a sum would scale the learning rate by the data-parallel size", "mean"},
     {"sparse_gradients", kAtDefault, "Reduce the embedding's gradient as a sparse tensor.",

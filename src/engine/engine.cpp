@@ -145,8 +145,7 @@ void Engine::abandon_step() {
 
 StepOutcome Engine::apply(double lr) {
   const Timer t;
-  const double postscale = settings_.gradient_postscale;
-  const double norm_squared = grad_norm_squared(strategy_->grads()) * postscale * postscale;
+  const double norm_squared = grad_norm_squared(strategy_->grads());
   StepOutcome out;
   out.loss_scale = loss_scaler_.scale();
   // Any inf/nan in any rank's gradient makes the global sum of squares non-finite, and every
@@ -160,7 +159,7 @@ StepOutcome Engine::apply(double lr) {
   if (!out.skipped) {
     const float clip = clip_coefficient(out.grad_norm, settings_.gradient_clipping);
     // One multiplier unscales and clips; the scale is a power of two, so nothing is lost.
-    strategy_->update(static_cast<float>(lr), static_cast<float>(clip * postscale / out.loss_scale));
+    strategy_->update(static_cast<float>(lr), static_cast<float>(clip / out.loss_scale));
   }
   times_.optimizer += phase_seconds(t);
   return out;

@@ -50,9 +50,6 @@ struct EngineSettings {
   // fp32 master weights, gradient accumulation and Adam state. F16 adds loss scaling.
   ShardingSettings sharding;
   double gradient_clipping = 0.0;  // 0 = off
-  // Multiplies the reduced gradient before norm, clipping and update: DeepSpeed's division by DP
-  // after the all-reduce at ZeRO 0 (1 where the tokens' loss weight carried it before).
-  double gradient_postscale = 1.0;
   LossScalerSettings loss_scaler;
   // Tensor parallelism (with a TP communicator of two ranks or more): the token rows of the
   // residual stream are split over the TP group between the linear layers.

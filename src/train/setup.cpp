@@ -94,7 +94,6 @@ EngineSettings engine_settings_from_config(const Config& cfg, Device device, int
   s.sharding.stage3.prefetch_bucket_size = z.stage3_prefetch_bucket_size.value_or(unbounded);
   s.sharding.stage3.max_live_parameters = z.stage3_max_live_parameters.value_or(unbounded);
   s.gradient_clipping = cfg.gradient_clipping;
-  s.gradient_postscale = cfg.derived.grad_postscale;
   s.sharding.precision = cfg.fp16.enabled ? DType::F16 : cfg.bf16.enabled ? DType::BF16 : DType::F32;
   const Fp16Config& f = cfg.fp16;
   s.loss_scaler.static_scale = f.loss_scale;

@@ -24,11 +24,12 @@ bool Trainer::train_step(StepMetrics& m) {
   const Timer step_timer;
   const int gas = cfg_.derived.grad_accum;
   const int seq = dims_.seq_len;
-  // Loss is the mean over every token of the global batch; each token's gradient weight carries
-  // the division by DP that comes before the reduction (the engine applies the rest after it):
+  // Loss is the mean over every token of the global batch, at every ZeRO stage and layout: each
+  // token's gradient weight carries the division by DP, before the reduction, so that a 16-bit
+  // backward holds the values of the single-rank run on every layout (its fp16 overflows too).
   const Derived& d = cfg_.derived;
   const float dloss =
-      1.0f / static_cast<float>(static_cast<double>(d.micro_batch) * d.grad_accum * seq * d.grad_predivide);
+      1.0f / static_cast<float>(static_cast<double>(d.micro_batch) * d.grad_accum * seq * d.dp_size);
   const NextBatch next = [this] {
     MicroBatch b = loader_->next();
     return StepBatch{std::move(b.tokens), std::move(b.targets)};
@@ -40,7 +41,7 @@ bool Trainer::train_step(StepMetrics& m) {
     return false;
   }
   if (state_.step == 0 && !options_.dump_grads_path.empty() && mpi_.world_rank() == 0) {
-    dump_gradients(options_.dump_grads_path, engine_.model(), engine_.loss_scale() / d.grad_postscale);
+    dump_gradients(options_.dump_grads_path, engine_.model(), engine_.loss_scale());
     log_info("wrote the first step's gradients to {}", options_.dump_grads_path);
   }
   const double lr = schedule_.current_lr();

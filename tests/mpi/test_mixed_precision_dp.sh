@@ -3,8 +3,8 @@
 # running the same global batch (GAS 4): step 1 bit-identical, later steps within 1e-3 relative
 # (the fp32 gradient is summed in another order, as in fp32, and a last-bit change of an fp32
 # master weight can move its bf16 working copy by one bf16 step). fp16 with overflowing loss
-# scales skips the same steps with the same scales at DP 2 as at DP 1, so the ranks agree on
-# every overflow. bf16 runs at ZeRO 1 and 3 stopped at a checkpoint and resumed repeat the
+# scales skips the same steps with the same scales at DP 2 (ZeRO 0, 1 and 3) as at DP 1, so the
+# ranks agree on every overflow. bf16 runs at ZeRO 1 and 3 stopped at a checkpoint and resumed repeat the
 # uninterrupted run bit for bit (the working copy is rebuilt from the fp32 master: cast and
 # gathered). The 16-bit working copy halves the parameter all-gather traffic of ZeRO 1 and
 # 3 against fp32 (gradients are reduced in fp32 either way), and the memory record follows the
@@ -31,6 +31,17 @@ for stage in 0 1 2 3; do
   run "bf16_z$stage" 2 2 "$stage" --set bf16.enabled=true
 done
 run fp16_ref 1 4 0 "${overflow[@]}"
+# ZeRO 0 too: it divides by DP before the reduction as the other stages do (through the tokens'
+# loss weights), so its fp16 backward overflows where one rank's does. At fixed scales around the
+# first that overflows, step 1 is skipped at DP 2 exactly where it is at DP 1 (dividing after the
+# all-reduce doubled the backward's values: DP 2 overflowed at half the scale).
+run fp16_z0 2 2 0 "${overflow[@]}"
+for k in 21 22 23 24 25 26; do
+  run "fixed${k}_ref" 1 4 0 --set fp16.enabled=true --set fp16.loss_scale=$((1 << k)) --set train.iters=1 \
+    --set train.max_nonfinite_steps=1
+  run "fixed${k}_z0" 2 2 0 --set fp16.enabled=true --set fp16.loss_scale=$((1 << k)) --set train.iters=1 \
+    --set train.max_nonfinite_steps=1
+done
 for stage in 1 3; do
   run "fp16_z$stage" 2 2 "$stage" "${overflow[@]}"
   run "fp32_z$stage" 2 2 "$stage"
@@ -63,6 +74,13 @@ def skips(name):
     return [(r["step"], r["loss_scale"], r["skipped"]) for r in records(name, "train")]
 want = skips("fp16_ref")
 if not any(s for _, _, s in want): bad.append("fp16 reference: no overflow, the test proves nothing")
+got = skips("fp16_z0")
+print(f"fp16 DP 2 ZeRO 0: skipped steps {[s for s, _, k in got if k]}")
+if got != want: bad.append(f"fp16 ZeRO 0: skips/scales {got} differ from DP 1 {want}")
+fixed = {k: [records(f"fixed{k}_{r}", "train")[0]["skipped"] for r in ("ref", "z0")] for k in range(21, 27)}
+print(f"fp16 fixed scale 2^k, step 1 skipped at DP 1 / DP 2 ZeRO 0: {fixed}")
+if not (fixed[26][0] and not fixed[21][0]): bad.append(f"fixed scales: no overflow threshold in 2^21..2^26 {fixed}")
+if any(a != b for a, b in fixed.values()): bad.append(f"fixed scales: DP 2 ZeRO 0 overflows elsewhere than DP 1 {fixed}")
 for stage in (1, 3):
     whole = [r["loss"] for r in records(f"bf16_z{stage}", "train")]
     resumed = [r["loss"] for r in records(f"bf16_resumed_z{stage}", "train")]
