@@ -23,6 +23,9 @@
 
 namespace {
 
+// The help group of the subcommands that check an installation rather than train.
+constexpr char kDiagnostics[] = "Diagnostics";
+
 using strata::log_error;
 
 // A count of ranks or a parallel size: CLI11's PositiveNumber would answer 0 with "Value 0 not in
@@ -77,7 +80,7 @@ std::string unknown_subcommand(CLI::App& app, int argc, char** argv) {
     if (named == subcommands.end()) {
       std::string listed, diagnostics;
       for (CLI::App* s : subcommands) {
-        std::string& list = s->get_group() == "Diagnostics" ? diagnostics : listed;
+        std::string& list = s->get_group() == kDiagnostics ? diagnostics : listed;
         if (!s->get_group().empty()) list += (list.empty() ? "" : ", ") + s->get_name();
       }
       if (!diagnostics.empty()) listed += "; diagnostics: " + diagnostics;
@@ -197,7 +200,7 @@ void add_commands(CLI::App& app, Commands& c) {
   // strata comm-check [--seconds S] [--bytes N]: a diagnostic for checking an MPI
   // installation, listed apart in `strata --help`.
   c.comm_check = app.add_subcommand("comm-check", "Check and time collectives on all ranks (run under mpirun)");
-  c.comm_check->group("Diagnostics");
+  c.comm_check->group(kDiagnostics);
   c.comm_check->add_option("--seconds", c.comm_check_options.seconds, "Run rounds for about this long")
       ->check(CLI::NonNegativeNumber);
   c.comm_check->add_option("--bytes", c.comm_check_options.bytes, "Size of each operation's buffer")
@@ -206,7 +209,7 @@ void add_commands(CLI::App& app, Commands& c) {
   // strata adam-check [--params N] [--threads T] [--rounds R]: the offloaded optimizer's host
   // AdamW checked and timed on this node (no MPI; a diagnostic like comm-check).
   c.adam_check = app.add_subcommand("adam-check", "Check and time the host AdamW of offloaded optimizer state");
-  c.adam_check->group("Diagnostics");
+  c.adam_check->group(kDiagnostics);
   c.adam_check->add_option("--params", c.adam_check_options.params, "Parameters of the timed step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
   c.adam_check->add_option("--threads", c.adam_check_options.threads, "Threads (default: every core)")

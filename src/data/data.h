@@ -292,6 +292,11 @@ std::vector<int32_t> byte_encode(std::string_view text);
 // Ids 0..255 become their byte (invalid UTF-8 passes through raw; the caller prints it);
 // an id outside 0..255 (e.g. a padded-vocab id sampled by a model) becomes U+FFFD.
 std::string byte_decode(const int32_t* tokens, size_t n);
+// Decoded text as it may be printed to a terminal: a byte-level model emits any bytes, and
+// control codes (ESC, BEL, CSI, a carriage return) would drive the terminal. Control characters
+// other than newline and tab, C1 controls and bytes that are not UTF-8 are written as \xNN
+// (\u00NN for a C1 control); everything else, any script, as it is.
+std::string printable_text(std::string_view text);
 
 struct EncodeOptions {
   std::vector<std::string> inputs;

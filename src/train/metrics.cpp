@@ -23,56 +23,6 @@ std::string format_duration(double seconds) {
   return fmt::format("{}h{:02d}m", total / 3600, (total % 3600) / 60);
 }
 
-namespace {
-
-// The length of the valid UTF-8 sequence at text[i] (shortest form, no surrogates, at most
-// U+10FFFF), or 0.
-size_t utf8_length(const std::string& text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char b = byte(i);
-  size_t n = 0;
-  uint32_t code = 0;
-  if (b >= 0xC2 && b <= 0xDF) n = 2, code = b & 0x1Fu;
-  else if (b >= 0xE0 && b <= 0xEF) n = 3, code = b & 0x0Fu;
-  else if (b >= 0xF0 && b <= 0xF4) n = 4, code = b & 0x07u;
-  else return 0;
-  if (i + n > text.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((byte(i + k) & 0xC0u) != 0x80u) return 0;
-    code = (code << 6) | (byte(i + k) & 0x3Fu);
-  }
-  const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (code < least[n] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return 0;
-  return n;
-}
-
-}  // namespace
-
-std::string printable_sample(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    if (b < 0x80) {
-      const bool control = (b < 0x20 && b != '\n' && b != '\t') || b == 0x7F;
-      out += control ? fmt::format("\\x{:02x}", b) : std::string(1, static_cast<char>(b));
-      ++i;
-      continue;
-    }
-    const size_t n = utf8_length(text, i);
-    if (n == 0) {
-      out += fmt::format("\\x{:02x}", b);
-      ++i;
-    } else if (n == 2 && b == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(text[i + 1]));  // C1 control: U+0080-U+009F
-      i += 2;
-    } else {
-      out.append(text, i, n);
-      i += n;
-    }
-  }
-  return out;
-}
-
 size_t peak_host_memory_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -209,44 +159,43 @@ void MetricsWriter::start_run(bool resumed) {
   const std::string own = read_from(path_, earlier_bytes_);  // this run's records so far
   file_.reset();
   std::error_code ec;
+  const std::string prev = path_ + ".prev";
   if (resumed) {
     std::filesystem::resize_file(path_, static_cast<uint64_t>(keep), ec);
+  } else {
+    std::filesystem::rename(path_, prev, ec);
+    if (!ec) std::filesystem::resize_file(prev, static_cast<uint64_t>(earlier_bytes_), ec);
+  }
+  if (ec) return fail("setting aside the earlier records of", ec.message());
+  if (resumed) {
     log_warn("logging.metrics_file: {} ended in an unfinished record ({} bytes, cut short by a full disk or a "
              "kill): dropped",
              path_, earlier_bytes_ - keep);
   } else {
-    const std::string prev = path_ + ".prev";
-    std::filesystem::rename(path_, prev, ec);
-    if (!ec) std::filesystem::resize_file(prev, static_cast<uint64_t>(earlier_bytes_), ec);
-    if (!ec) {
-      log_info("logging.metrics_file: {} held an earlier run's records: moved to {}; this run starts the file anew",
-               path_, prev);
-    }
+    log_info("logging.metrics_file: {} held an earlier run's records: moved to {}; this run starts the file anew",
+             path_, prev);
   }
-  if (ec) {
-    error_ = fmt::format("logging.metrics_file: setting aside the earlier records of '{}' failed: {}", path_,
-                         ec.message());
-    log_error("{}", error_);
-    return;
-  }
-  file_.reset(std::fopen(path_.c_str(), "a"));
   earlier_bytes_ = 0;
-  if (!file_ || std::fwrite(own.data(), 1, own.size(), file_.get()) != own.size() || std::fflush(file_.get()) != 0) {
-    error_ = fmt::format("logging.metrics_file: writing '{}' failed: {}", path_, std::strerror(errno));
-    log_error("{}", error_);
-  }
+  file_.reset(std::fopen(path_.c_str(), "a"));
+  append(own);
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
   if (!file_ || failed()) return;
   // Samples of a byte-level model are arbitrary bytes: invalid UTF-8 becomes U+FFFD rather
   // than an exception, so a record is always valid JSON.
-  const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  append(record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+void MetricsWriter::append(const std::string& bytes) {
   errno = 0;
-  const bool written = std::fwrite(line.data(), 1, line.size(), file_.get()) == line.size();
-  if (written && std::fflush(file_.get()) == 0) return;
-  error_ = fmt::format("logging.metrics_file: writing '{}' failed: {}", path_,
-                       errno != 0 ? std::strerror(errno) : "short write");
+  const bool written = file_ && std::fwrite(bytes.data(), 1, bytes.size(), file_.get()) == bytes.size() &&
+                       std::fflush(file_.get()) == 0;
+  if (!written) fail("writing", errno != 0 ? std::strerror(errno) : "short write");
+}
+
+void MetricsWriter::fail(const std::string& doing, const std::string& reason) {
+  error_ = fmt::format("logging.metrics_file: {} '{}' failed: {}", doing, path_, reason);
   log_error("{}", error_);
 }
 

@@ -46,11 +46,6 @@ struct StepMetrics {
 std::string format_step_line(const StepMetrics& m);
 nlohmann::json step_record(const StepMetrics& m);
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12.3s"
-// Sample text as it may be printed to a terminal: a byte-level model emits any bytes, and
-// control codes (ESC, BEL, CSI, a carriage return) would drive the terminal. Control characters
-// other than newline and tab, C1 controls and bytes that are not UTF-8 are written as \xNN
-// (\u00NN for a C1 control); everything else, any script, as it is.
-std::string printable_sample(const std::string& text);
 size_t peak_host_memory_bytes();              // peak resident set size of this process
 
 // An output file named by `key` that cannot be opened for appending (its folders are created) is
@@ -80,6 +75,9 @@ class MetricsWriter {
   const std::string& error() const { return error_; }
 
  private:
+  // Writes and flushes bytes; a failure marks the writer failed, reported as `doing` the path.
+  void append(const std::string& bytes);
+  void fail(const std::string& doing, const std::string& reason);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
   std::string path_;
   std::string error_;

@@ -172,7 +172,7 @@ bool Trainer::sample(int64_t step) {
     // sample without one starts after a newline, a tokenizer's after its end-of-text token).
     const std::string text = tokenizer != nullptr ? tokenizer->decode(tokens->data(), tokens->size())
                                                   : byte_decode(tokens->data(), tokens->size());
-    log_info("sample at step {}:\n{}{}\n---", step, printable_sample(cfg_.logging.sample_prompt), printable_sample(text));
+    log_info("sample at step {}:\n{}{}\n---", step, printable_text(cfg_.logging.sample_prompt), printable_text(text));
     // The ids too: text that is not UTF-8 is written with replacement characters, which lose them.
     metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", text},
                     {"tokens", *tokens}});

@@ -137,3 +137,11 @@ TEST_CASE("encoder errors name the problem") {
   options.inputs = {dir.file("empty.txt")};
   CHECK_THAT(user_error_message([&] { encode_text_files(options); }), strata_catch::Contains("empty"));
 }
+
+TEST_CASE("sample text is printed without the control codes a terminal would obey") {
+  CHECK(printable_text("plain text\n\tindented") == "plain text\n\tindented");
+  CHECK(printable_text("\x1b[2J\a\rend\x7f") == "\\x1b[2J\\x07\\x0dend\\x7f");
+  CHECK(printable_text("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
+  CHECK(printable_text("\x9b" "1m \xc2\x9b \xff") == "\\x9b1m \\u009b \\xff");  // CSI as a byte and as U+009B
+  CHECK(printable_text("\xc0\xaf \xed\xa0\x80 \xe6\x97") == "\\xc0\\xaf \\xed\\xa0\\x80 \\xe6\\x97");
+}

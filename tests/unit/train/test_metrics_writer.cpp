@@ -32,13 +32,5 @@ TEST_CASE("metrics records with invalid UTF-8 are written with replacement chara
   std::remove(path.c_str());
 }
 
-TEST_CASE("sample text is printed without the control codes a terminal would obey") {
-  CHECK(printable_sample("plain text\n\tindented") == "plain text\n\tindented");
-  CHECK(printable_sample("\x1b[2J\a\rend\x7f") == "\\x1b[2J\\x07\\x0dend\\x7f");
-  CHECK(printable_sample("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
-  CHECK(printable_sample("\x9b" "1m \xc2\x9b \xff") == "\\x9b1m \\u009b \\xff");  // CSI as a byte and as U+009B
-  CHECK(printable_sample("\xc0\xaf \xed\xa0\x80 \xe6\x97") == "\\xc0\\xaf \\xed\\xa0\\x80 \\xe6\\x97");
-}
-
 }  // namespace
 }  // namespace strata
