@@ -275,6 +275,7 @@ int run_config(const Commands& c) {
   }
   const strata::Config cfg = load_for_config_command(c);
   for (const std::string& note : strata::deepspeed_notes(cfg)) std::printf("# %s\n", note.c_str());
+  for (const std::string& warning : strata::config_warnings(cfg)) std::printf("# warning: %s\n", warning.c_str());
   std::fputs(strata::config_to_yaml(cfg).c_str(), stdout);
   std::fputs(strata::derived_as_comments(cfg).c_str(), stdout);
   strata::print_blend_report(cfg);

@@ -455,6 +455,9 @@ std::string derived_as_comments(const Config& cfg);
 // The notes a run prints at start-up: each DeepSpeed key that was filled in (auto) or that
 // changes nothing in strata (accepted, disabled), "path: what strata did".
 std::vector<std::string> deepspeed_notes(const Config& cfg);
+// Settings that run but most likely do not do what was meant (a schedule that ends before the
+// run, or a run that ends in its warmup), each "key: what happens", for start-up warnings.
+std::vector<std::string> config_warnings(const Config& cfg);
 // Every DeepSpeed key of the file with its value and treatment, one aligned line each.
 std::string explain_deepspeed(const Config& cfg);
 // The same for a config file, also when it does not load (a ds_config without strata's model

@@ -330,6 +330,7 @@ int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
     log_info("strata {} | {} rank(s) | config {}", STRATA_VERSION, mpi.world_size(), options.config_path);
     log_info("resolved config:\n{}{}", config_to_yaml(cfg), derived_as_comments(cfg));
     for (const std::string& note : deepspeed_notes(cfg)) log_info("config: {}", note);
+    for (const std::string& warning : config_warnings(cfg)) log_warn("config: {}", warning);
   }
   Trainer trainer(mpi, std::move(cfg), options);
   return trainer.run();

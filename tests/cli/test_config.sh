@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `strata config`: five mistakes reported at once with key paths and exit 2; did-you-mean;
 # the shipped ds_config resolves at world size 8; --set overrides; the file given as --config too;
-# the resolved config loads back as itself; every shipped config validates.
+# the resolved config loads back as itself; a schedule shorter than the run is warned of; every
+# shipped config validates without a warning.
 source "$(dirname "$0")/../lib/common.sh"
 
 cat > "$WORK/bad.yaml" <<'YAML'
@@ -58,6 +59,9 @@ expect_contains "$OUT" "did you mean iters"
 run_expect 0 "$STRATA" config --config "$SRC/configs/quickstart.yaml" --set train.iters=7
 expect_contains "$OUT" "iters: 7"
 run_expect 2 "$STRATA" config --config "$SRC/configs/quickstart.yaml" --deepspeed-keys
+# A schedule that ends before the run is said (a comment: the output still loads), not refused.
+run_expect 0 "$STRATA" config "$SRC/configs/quickstart.yaml" --set train.iters=600
+expect_contains "$OUT" "# warning: scheduler.params.total_num_steps 500 is below train.iters 600: WarmupCosineLR"
 
 # The resolved config loads back as the same config (the derived values are comments), and
 # the stage-3 key it writes at strata's default draws no "changes nothing" note.
@@ -75,6 +79,7 @@ expect_contains "$OUT" "strata config resolves for 1 rank unless --world-size N 
 # Every shipped config validates at 8 ranks (the layouts of all of them divide it).
 for f in "$SRC"/configs/*.yaml "$SRC"/configs/examples/*; do
   run_expect 0 "$STRATA" config "$f" --world-size 8
+  ! grep -q "# warning:" <<<"$OUT" || fail "$f draws a warning: $(grep "# warning:" <<<"$OUT")"
 done
 # The sweep base validates on the 2 ranks its command line uses, with each micro-batch it sweeps.
 for micro in 4 16; do

@@ -1,0 +1,60 @@
+// Settings that load and run but, by the formulas strata shares with DeepSpeed, most likely do
+// not do what their author meant: said at start-up (strata train, strata config), never refused,
+// since a run reproducing a DeepSpeed run must be able to ask for exactly the same thing.
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "config/config.h"
+
+namespace strata {
+
+namespace {
+
+// The decaying schedules end at total_num_steps updates (a skipped step does not advance them). DeepSpeed's formulas go on past it: the cosine turns back up, the linear decay
+// holds its floor.
+void schedule_warnings(const Config& cfg, std::vector<std::string>& out) {
+  const SchedulerConfig& s = cfg.scheduler;
+  const SchedulerParams& q = s.params;
+  if (s.type == LrScheduleType::Constant) return;
+  const int64_t iters = cfg.train.iters, warmup = std::max<int64_t>(2, q.warmup_num_steps);
+  if (q.warmup_num_steps > iters) {
+    out.push_back(fmt::format("scheduler.params.warmup_num_steps {} is above train.iters {}: the run ends in the "
+                              "warmup, below the peak learning rate ({})",
+                              q.warmup_num_steps, iters,
+                              s.type == LrScheduleType::WarmupCosineLR ? "optimizer.params.lr" : "warmup_max_lr"));
+  }
+  if (!q.total_num_steps) return;
+  const int64_t total = *q.total_num_steps;
+  if (s.type == LrScheduleType::WarmupCosineLR && iters > total) {
+    out.push_back(fmt::format(
+        "scheduler.params.total_num_steps {} is below train.iters {}: WarmupCosineLR reaches its lowest learning "
+        "rate after {} updates and then climbs back toward optimizer.params.lr (DeepSpeed's cosine, which is "
+        "periodic); set total_num_steps to train.iters or 'auto'",
+        total, iters, total));
+  }
+  if (s.type != LrScheduleType::WarmupDecayLR) return;
+  if (total <= warmup) {
+    out.push_back(fmt::format(
+        "scheduler.params.total_num_steps {} is not above the warmup length {}: WarmupDecayLR drops from warmup_max_lr "
+        "to warmup_min_lr {:g} when the warmup ends, with no decay between",
+        total, warmup, q.warmup_min_lr));
+  }
+  if (iters > total) {
+    out.push_back(fmt::format(
+        "scheduler.params.total_num_steps {} is below train.iters {}: WarmupDecayLR holds warmup_min_lr {:g} after "
+        "{} updates{}; set total_num_steps to train.iters or 'auto'",
+        total, iters, q.warmup_min_lr, total,
+        q.warmup_min_lr == 0.0 ? " (a learning rate of 0: the steps after it change nothing)" : ""));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> config_warnings(const Config& cfg) {
+  std::vector<std::string> out;
+  schedule_warnings(cfg, out);
+  return out;
+}
+
+}  // namespace strata
