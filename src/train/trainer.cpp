@@ -78,10 +78,15 @@ void Trainer::record_outcome(const StepOutcome& outcome, StepMetrics& m) {
   state_.loss_scaler = engine_.loss_scaler_state();
   m.loss_scale = outcome.loss_scale;
   if (outcome.skipped && !outcome.nonfinite) {
-    log_info("fp16 overflow at step {}: loss scale {} → {}, step skipped", state_.step, outcome.loss_scale,
-             outcome.next_loss_scale);
+    // An overflow the hysteresis absorbs keeps the scale and spends one of its budget.
+    const int hysteresis_left = engine_.loss_scaler_state().hysteresis_left;
+    const std::string change =
+        outcome.next_loss_scale == outcome.loss_scale
+            ? fmt::format("{} kept (hysteresis {} → {})", outcome.loss_scale, hysteresis_left + 1, hysteresis_left)
+            : fmt::format("{} → {}", outcome.loss_scale, outcome.next_loss_scale);
+    log_info("fp16 overflow at step {}: loss scale {}, step skipped", state_.step, change);
     metrics_.write({{"type", "overflow"}, {"step", state_.step}, {"loss_scale", outcome.loss_scale},
-                    {"next_loss_scale", outcome.next_loss_scale}});
+                    {"next_loss_scale", outcome.next_loss_scale}, {"hysteresis_left", hysteresis_left}});
   }
 }
 

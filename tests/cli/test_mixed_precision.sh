@@ -32,6 +32,10 @@ overflow_settings=(--set fp16.enabled=true --set fp16.initial_scale_power=26 --s
   --set scheduler.params.warmup_num_steps=10 --set scheduler.params.warmup_max_lr=0.003)
 run overflow "${overflow_settings[@]}" --set train.iters=12
 expect_contains "$OUT" "fp16 overflow at step 1: loss scale 67108864 → 33554432, step skipped"
+# With the default hysteresis 2 the first overflow only spends the budget, and says so.
+run hysteresis --set fp16.enabled=true --set fp16.initial_scale_power=26 --set train.iters=2
+expect_contains "$OUT" "fp16 overflow at step 1: loss scale 67108864 kept (hysteresis 2 → 1), step skipped"
+expect_contains "$OUT" "fp16 overflow at step 2: loss scale 67108864 → 33554432, step skipped"
 
 # A static scale that always overflows cannot be lowered: each skipped step counts towards
 # train.max_nonfinite_steps (default 3), so the run stops at step 4 with exit 1 instead of
