@@ -19,7 +19,6 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/retention.h"
 #include "core/error.h"
-#include "core/log.h"
 
 namespace strata {
 namespace fs = std::filesystem;
@@ -226,7 +225,6 @@ void finish_save(const std::string& root, const std::string& tmp_dir, const std:
                  int world_size, const nlohmann::json& global_meta, int keep_last) {
   nlohmann::json files = nlohmann::json::array(), rank_states = nlohmann::json::array();
   nlohmann::json tensors = nlohmann::json::object();
-  uint64_t total_bytes = 0;
   for (int r = 0; r < world_size; ++r) {
     const std::string record_path = ckpt::join_path(tmp_dir, ckpt::rank_record_name(r));
     if (!ckpt::path_exists(record_path)) {
@@ -244,7 +242,6 @@ void finish_save(const std::string& root, const std::string& tmp_dir, const std:
     }
     files.push_back({{"file", file}, {"rank", r}, {"bytes", record.at("bytes")}, {"checksum", record.at("checksum")}});
     rank_states.push_back(record.at("rank_state"));
-    total_bytes += bytes;
     add_tensor_pieces(tensors, record, file);
   }
   for (const auto& [name, tensor] : tensors.items()) check_coverage(name, tensor);
@@ -262,8 +259,6 @@ void finish_save(const std::string& root, const std::string& tmp_dir, const std:
   ckpt::fsync_directory(root);
   ckpt::write_file_atomic(ckpt::join_path(root, ckpt::kLatestFile), checkpoint_dir_name(step) + "\n");
   ckpt::prune(root, step, keep_last, run_id_of(global_meta));
-  log_info("checkpoint: saved step {} to {} ({} files, {:.1f} MB)", step, final_dir, world_size,
-           static_cast<double>(total_bytes) / 1e6);
 }
 
 // True when the published manifest lists this rank's file with the checksum it wrote (an

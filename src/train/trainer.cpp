@@ -111,9 +111,11 @@ void Trainer::save(int64_t step) {
   context.rank = mpi_.world_rank();
   context.world_size = mpi_.world_size();
   context.barrier = [this] { mpi_.barrier(); };
-  context.sum_over_ranks = [this](uint64_t bytes) {
+  uint64_t saved_bytes = 0;  // every rank's tensors, summed once by the save
+  context.sum_over_ranks = [this, &saved_bytes](uint64_t bytes) {
     uint64_t total = 0;
     for (int64_t b : mpi_.all_gather({static_cast<int64_t>(bytes)})) total += static_cast<uint64_t>(b);
+    saved_bytes = total;
     return total;
   };
   state_.sample_rng = sample_rng_.state();
@@ -125,7 +127,8 @@ void Trainer::save(int64_t step) {
   agree_on_user_errors(mpi_, fmt::format("saving the checkpoint of step {}", step),
                        [&] { dir = save_training_checkpoint(cfg_, step, state_, engine_, context); });
   last_saved_step_ = step;
-  log_info("saved checkpoint {} ({:.1f}s)", dir, t.seconds());
+  log_info("saved checkpoint {} ({:.1f} MB from {} rank{}, {:.1f} s)", dir, static_cast<double>(saved_bytes) / 1e6,
+           mpi_.world_size(), mpi_.world_size() == 1 ? "" : "s", t.seconds());
 }
 
 bool Trainer::make_reports(bool eval, bool sample_due) {
