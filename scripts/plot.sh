@@ -36,7 +36,7 @@ fi
 mkdir -p "$out" || die "cannot create $out"
 
 # Python turns the JSONL and CSV into gnuplot data blocks and a script; gnuplot draws.
-python3 - "$out" "$sweep" "$axis" "${files[@]}" > "$out/plot.gp" <<'PY' || die "cannot read the metrics"
+python3 - "$out" "$sweep" "$axis" "${files[@]}" > "$out/plot.gp" <<'PY' || { rm -f "$out/plot.gp"; die "cannot read the metrics"; }
 import csv, json, os, sys
 out, sweep, axis, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 def name_of(path):
@@ -49,17 +49,13 @@ rows = []
 if sweep:
     rows = list(csv.DictReader(open(os.path.join(sweep, "summary.csv"))))
     fixed = {"steps", "train_loss", "val_loss", "tokens_per_s", "tflops_per_rank", "mfu", "peak_memory_mib",
-             "step_time_ms", "status", "error"}
+             "step_time_ms", "status", "error", "point", "predicted_tokens_per_s", "predicted_memory_mib"}
     axes = [k for k in rows[0].keys() if k not in fixed] if rows else []
     if not axes: sys.exit("the sweep summary has no axes")
     axis = axis or axes[0]
     if axis not in axes: sys.exit(f"--axis {axis}: not an axis of the sweep ({', '.join(axes)})")
-    # Each point's folder holds its KEY=VALUE settings in the file `axes` (written by sweep.sh).
-    folders = {}
-    for d in sorted(os.listdir(sweep)):
-        if os.path.isfile(os.path.join(sweep, d, "axes")):
-            folders[frozenset(open(os.path.join(sweep, d, "axes")).read().split())] = os.path.join(sweep, d)
-    found = [folders.get(frozenset(f"{k}={r[k]}" for k in axes if r[k] != "")) for r in rows]
+    # The summary names each point's folder (a plan's points have the layout as their one axis).
+    found = [os.path.join(sweep, r["point"]) if r.get("point") else None for r in rows]
     files = [os.path.join(d, "metrics.jsonl") for d in found if d and os.path.exists(os.path.join(d, "metrics.jsonl"))]
 blocks, loss_plots = [], []
 for i, path in enumerate(files):

@@ -14,17 +14,19 @@
 #                      measured ones in the summary; --hardware NAME|FILE is the plan's profile
 #                      (default h100-sxm; a profile from `strata plan --calibrate` for this machine)
 # Each point runs in DIR/NAME (NAME from the last part of each key and its value, e.g.
-# stage-1__train_micro_batch_size_per_gpu-4): its resolved config
-# (config.yaml), log (train.log), metrics.jsonl, checkpoints/ and exit status (status). A point
+# stage-1__train_micro_batch_size_per_gpu-4; the whole key where two points would share a name):
+# its resolved config (config.yaml), log (train.log; earlier attempts' logs in train.log.prev),
+# metrics.jsonl, checkpoints/ and exit status (status). Every point's config is checked first; a
+# point whose config does not load is not run (status 2, the problems in its train.log). A point
 # that failed does not stop the sweep: its exit code and last error line go into the summary.
 # Re-running the same command skips the points that finished (status 0) and resumes the others
 # (failed, or "stopped" by a signal after saving) from their latest checkpoint. The arguments
 # after -- go to every run; their --set overrides also to the checks and each config.yaml.
-# Exit status: 0 when every point finished, 1 when any did not (the summary says which), 2 for
-# a usage error. DIR/summary.csv and DIR/summary.md hold one row per point: the
-# axes, final train and validation loss, tokens/s, TFLOP/s per rank, MFU (GPUs), peak memory,
-# mean step time and exit status. A signal stops the running point cleanly (it saves) and the
-# sweep.
+# Exit status: 0 when every point run (all, or those --only names) finished, 1 when any did not
+# (the summary says which), 2 for a usage error. DIR/summary.csv and DIR/summary.md hold one row
+# per point: the axes, final train and validation loss, tokens/s, TFLOP/s per rank, MFU (GPUs),
+# peak memory, mean step time, exit status, error and the point's folder. A signal stops the
+# running point cleanly (it saves) and the sweep.
 # Environment: STRATA (the strata binary; default build/bin/strata, else strata on PATH),
 #   MPIRUN_FLAGS (extra flags for mpirun, e.g. "--oversubscribe").
 set -uo pipefail
@@ -63,6 +65,7 @@ if [ -z "$strata" ]; then
   if [ -x "$root/build/bin/strata" ]; then strata="$root/build/bin/strata"; else strata="$(command -v strata || true)"; fi
 fi
 if [ -z "$strata" ] || [ ! -x "$strata" ]; then die "no strata binary: build it (scripts/build.sh) or set STRATA"; fi
+[ -z "$grid" ] || [ -f "$grid" ] || die "--grid: '$grid' is not a file"
 mkdir -p "$out" || die "cannot create $out"
 out="$(cd "$out" && pwd)"
 base="$(cd "$(dirname "$base")" && pwd)/$(basename "$base")"
@@ -81,7 +84,7 @@ if [ -n "$from_plan" ]; then
   top=$([ "$from_plan" = all ] && echo 1000000 || echo "$from_plan")
   # The runs' own --set overrides (after --) shape the model the plan is for.
   "$strata" plan --config "$base" "${extra_sets[@]}" --gpus "$np" --hardware "$hardware" --top "$top" --json \
-    > "$out/plan.json" || die "strata plan failed (see above)"
+    > "$out/plan.json" || { rm -f "$out/plan.json"; rmdir "$out" 2>/dev/null; die "strata plan failed (see above)"; }
   grid="$out/plan_points.txt"
   # Each layout as the --set overrides that give it (the plan's own list).
   python3 -c 'import json, sys; [print(" ".join(l["sets"])) for l in json.load(open(sys.argv[1]))["layouts"]]' \
@@ -90,11 +93,16 @@ else
   rm -f "$out/plan_points.txt" "$out/plan.json"  # a plan's points from an earlier sweep in this folder
 fi
 if [ -n "$grid" ]; then
-  [ -f "$grid" ] || die "--grid: '$grid' is not a file"
-  while IFS= read -r line; do
+  number=0
+  while IFS= read -r line || [ -n "$line" ]; do
+    number=$((number + 1))
+    line="${line//$'\r'/}"  # a file written on Windows
     line="${line%%#*}"
-    line="$(echo "$line" | xargs)"
-    [ -n "$line" ] && points+=("$line")
+    read -r -a words <<<"$line"
+    for kv in "${words[@]}"; do
+      [[ "$kv" == ?*=* ]] || die "--grid $grid line $number: '$kv' is not KEY=VALUE"
+    done
+    [ ${#words[@]} -gt 0 ] && points+=("${words[*]}")
   done < "$grid"
 else
   points=("")
@@ -112,14 +120,15 @@ else
 fi
 [ ${#points[@]} -gt 0 ] || die "no points to run"
 
-# point_name "KEY=VALUE ...": a folder name from the last part of each key and its value (for
-# a plan's layouts, short labels: tp2__pp1__sp-true__...).
+# point_name "KEY=VALUE ..." [whole]: a folder name from the last part of each key (the whole key
+# with `whole`) and its value (for a plan's layouts, short labels: tp2__pp1__sp-true__...).
 point_name() {
   local name="" kv key value label
   for kv in $1; do
     key="${kv%%=*}"; value="${kv#*=}"
     label="${key##*.}"
-    if [ -n "$from_plan" ]; then
+    [ -z "${2:-}" ] || label="$key"
+    if [ -n "$from_plan" ] && [ -z "${2:-}" ]; then
       case "$key" in
         parallelism.tensor_model_parallel_size) label=tp ;;
         parallelism.pipeline_model_parallel_size) label=pp ;;
@@ -138,26 +147,53 @@ point_name() {
   echo "$name" | tr -c 'A-Za-z0-9._=+\n-' '_'
 }
 
+# Every point's folder name, told apart: a point listed twice is a mistake; two points whose short
+# names meet (stage-3__device-cpu from two offload keys) take their whole keys.
+names=()
+for p in "${points[@]}"; do names+=("$(point_name "$p")"); done
+for ((i = 0; i < ${#points[@]}; i++)); do
+  for ((j = 0; j < i; j++)); do
+    [ "${points[i]}" != "${points[j]}" ] || die "the point '${points[i]}' comes twice"
+    if [ "${names[i]}" = "${names[j]}" ]; then
+      names[i]="$(point_name "${points[i]}" whole)"
+      names[j]="$(point_name "${points[j]}" whole)"
+    fi
+  done
+done
+for ((i = 0; i < ${#points[@]}; i++)); do
+  for ((j = 0; j < i; j++)); do
+    [ "${names[i]}" != "${names[j]}" ] || die "the points '${points[j]}' and '${points[i]}' would share the folder ${names[i]}"
+  done
+done
+
 # --only names points of this sweep (a typo would otherwise run nothing).
 if [ -n "$only" ]; then
-  names=()
-  for p in "${points[@]}"; do names+=("$(point_name "$p")"); done
   IFS=, read -r -a wanted <<<"$only"
   for w in "${wanted[@]}"; do
     [[ " ${names[*]} " == *" $w "* ]] || die "--only: no point is named '$w'; the points: ${names[*]}"
   done
 fi
 
-# Every point's config is checked before anything runs, so a typo fails at once.
-for p in "${points[@]}"; do
+# point_sets INDEX: the --set overrides of a point's run (its own and the sweep's), in `sets`.
+point_sets() {
+  local dir="$out/${names[$1]}" kv
   sets=()
-  for kv in $p; do sets+=(--set "$kv"); done
-  if ! "$strata" config "$base" "${extra_sets[@]}" "${sets[@]}" --world-size "$np" > /dev/null 2> "$out/.check.txt"; then
-    echo "sweep: point '$p' (see below); the sweep records it as failed" >&2
-    cat "$out/.check.txt" >&2
+  for kv in ${points[$1]}; do sets+=(--set "$kv"); done
+  sets+=(--set "logging.metrics_file=$dir/metrics.jsonl" --set "checkpoint.dir=$dir/checkpoints"
+    --set checkpoint.resume=auto)
+}
+
+# Every point's config, as its run will load it, is checked before anything runs, so a typo
+# fails at once; a point whose config does not load is recorded as failed and not run.
+check_errors=()
+for ((i = 0; i < ${#points[@]}; i++)); do
+  point_sets "$i"
+  if ! check=$("$strata" config "$base" "${extra_sets[@]}" "${sets[@]}" --world-size "$np" 2>&1 >/dev/null); then
+    check_errors[i]="$check"
+    echo "sweep: point '${points[i]}' has a config that does not load; it is recorded as failed and not run:" >&2
+    echo "$check" >&2
   fi
 done
-rm -f "$out/.check.txt"
 
 # A signal stops the sweep: the running point is asked once to save and stop (SIGTERM), and
 # again for each further SIGINT or SIGTERM (which stops it at once); a closed terminal's repeated
@@ -177,10 +213,9 @@ if [ "$np" -gt 1 ]; then
   launcher=("$root/launch/strata-mpirun" "${mpirun_flags[@]}" -np "$np")
 fi
 echo "sweep: ${#points[@]} point(s) of $(basename "$base") into $out, $np rank(s) each"
-index=0
-for p in "${points[@]}"; do
-  index=$((index + 1))
-  name="$(point_name "$p")"
+for ((index = 1; index <= ${#points[@]}; index++)); do
+  p="${points[index - 1]}"
+  name="${names[index - 1]}"
   dir="$out/$name"
   if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then continue; fi
   mkdir -p "$dir"
@@ -190,10 +225,15 @@ for p in "${points[@]}"; do
     continue
   fi
   [ "$stop" -eq 0 ] || break
-  sets=()
-  for kv in $p; do sets+=(--set "$kv"); done
-  sets+=(--set "logging.metrics_file=$dir/metrics.jsonl" --set "checkpoint.dir=$dir/checkpoints"
-    --set checkpoint.resume=auto)
+  # The log of an earlier attempt (failed, or stopped and now resumed) is kept.
+  if [ -f "$dir/train.log" ]; then cat "$dir/train.log" >> "$dir/train.log.prev" && rm "$dir/train.log"; fi
+  if [ -n "${check_errors[index - 1]:-}" ]; then
+    echo "${check_errors[index - 1]}" > "$dir/train.log"
+    echo 2 > "$dir/status"
+    echo "sweep: [$index/${#points[@]}] $name: the config does not load (exit 2), not run"
+    continue
+  fi
+  point_sets $((index - 1))
   "$strata" config "$base" "${extra_sets[@]}" "${sets[@]}" --world-size "$np" > "$dir/config.yaml" 2>/dev/null || true
   echo "sweep: [$index/${#points[@]}] $name: $p"
   start=$SECONDS
@@ -227,10 +267,11 @@ done
 # The summary, from every point's files.
 # Each point as "NAME<tab>KEY=VALUE ...".
 named=()
-for p in "${points[@]}"; do named+=("$(point_name "$p")"$'\t'"$p"); done
-python3 - "$out" "${named[@]}" <<'PY'
+for ((i = 0; i < ${#points[@]}; i++)); do named+=("${names[i]}"$'\t'"${points[i]}"); done
+SWEEP_ONLY="$only" python3 - "$out" "${named[@]}" <<'PY'
 import csv, json, os, re, sys
 out = sys.argv[1]
+only = set(filter(None, os.environ["SWEEP_ONLY"].split(",")))
 folder_of = dict(reversed(arg.split("\t", 1)) for arg in sys.argv[2:])
 points = [arg.split("\t", 1)[1] for arg in sys.argv[2:]]
 keys = []
@@ -278,14 +319,14 @@ for p in points:
                  "mfu": f"{100 * sum(mfu) / len(mfu):.1f}%" if mfu else "",
                  "peak_memory_mib": f"{max(r['peak_memory_bytes'] for r in train) / 2**20:.0f}" if train else "",
                  "step_time_ms": f"{1000 * mean('step_time_s'):.1f}" if timed else "",
-                 "status": status, "error": error})
+                 "status": status, "error": error, "point": folder_of[p]})
     if predicted:
         plan_row = predicted.get(p, {})
         rows[-1]["layout"] = plan_row.get("layout", "")
         rows[-1]["predicted_tokens_per_s"] = f"{plan_row['tokens_per_s']:.0f}" if plan_row else ""
         rows[-1]["predicted_memory_mib"] = f"{plan_row['memory_bytes']['total'] / 2**20:.0f}" if plan_row else ""
 fields = keys + ["steps", "train_loss", "val_loss", "tokens_per_s", "tflops_per_rank", "mfu", "peak_memory_mib",
-                 "step_time_ms", "status", "error"]
+                 "step_time_ms", "status", "error", "point"]
 if predicted:
     # The layout in the plan's words replaces the twelve keys that spell it.
     fields = ["layout", "predicted_tokens_per_s", "tokens_per_s", "predicted_memory_mib", "peak_memory_mib"] + \
@@ -299,7 +340,9 @@ with open(os.path.join(out, "summary.md"), "w") as f:
     for r in rows:
         f.write("| " + " | ".join(str(r[k]).replace("|", "\\|") for k in fields) + " |\n")
 print(open(os.path.join(out, "summary.md")).read(), end="")
-failed = sum(1 for r in rows if r["status"] != "0")
-print(f"sweep: {len(rows)} point(s), {failed} not finished; {out}/summary.csv and summary.md")
+# With --only, the points it leaves out are listed as they are but do not count.
+failed = sum(1 for r in rows if r["status"] != "0" and (not only or r["point"] in only))
+print(f"sweep: {len(rows)} point(s), {failed} not finished{' of those --only names' if only else ''}; "
+      f"{out}/summary.csv and summary.md")
 sys.exit(1 if failed else 0)
 PY

@@ -3,8 +3,10 @@
 # own folder and writes summary.csv/summary.md with one row per point (axes, losses, tokens/s,
 # memory, step time, status); a re-run skips the finished points. A --grid file with a point
 # whose config is invalid records that point's exit code (2) and error line and goes on with
-# the next (the sweep exits 1); a point whose status is lost, or that a signal stopped, resumes
-# from its own checkpoint. --only names points; the runs' --set reach checks and config.yaml.
+# the next without running it (the sweep exits 1); a point whose status is lost, or that a signal
+# stopped, resumes from its own checkpoint (the earlier log kept). --only names points and only
+# they count for the exit status; the runs' --set reach checks and config.yaml. Folder names stay
+# apart; repeated points and malformed grid lines are usage errors. A planned sweep plots.
 source "$(dirname "$0")/../lib/common.sh"
 make_text_data "$WORK/data"
 write_small_config "$WORK/base.yaml" "$WORK/data" "train: {iters: 3, seed: 4, eval_interval: 3, eval_iters: 1}"
@@ -51,6 +53,8 @@ optimizer.params.lr=0.01
 TXT
 run_expect 1 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt"
 expect_contains "$OUT" "sweep: 3 point(s), 1 not finished"
+expect_contains "$OUT" "sweep: [2/3] lr--1: the config does not load (exit 2), not run"
+! grep -q "^strata " "$WORK/listed/lr--1/train.log" || fail "the point whose config does not load ran"
 python3 - "$WORK/listed/summary.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -60,17 +64,37 @@ assert "optimizer.params.lr" in rows[1]["error"], rows[1]
 print("failed point recorded:", rows[1]["error"])
 PY
 # A point whose status was lost (a sweep killed mid-point) resumes from its checkpoint.
+# Points --only leaves out (lr--1 failed) do not count against the exit status.
 rm "$WORK/listed/lr-0.01/status"
-run_expect 1 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt" --only lr-0.01
+run_expect 0 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt" --only lr-0.01
+expect_contains "$OUT" "sweep: 3 point(s), 0 not finished of those --only names"
 grep -q "resumed from $WORK/listed/lr-0.01/checkpoints/step_00000003" "$WORK/listed/lr-0.01/train.log" ||
   { cat "$WORK/listed/lr-0.01/train.log"; fail "the point did not resume from its checkpoint"; }
+grep -q "^strata " "$WORK/listed/lr-0.01/train.log.prev" || fail "the first attempt's log was not kept"
 # --only names a point of the sweep; the arguments after -- reach the checks and config.yaml.
 run_expect 2 "${sweep[@]}" --out "$WORK/listed" --grid "$WORK/points.txt" --only lr-0.1
 expect_contains "$OUT" "--only: no point is named 'lr-0.1'; the points: lr-0.001__gradient_clipping-0.5 lr--1 lr-0.01"
 run_expect 1 "${sweep[@]}" --out "$WORK/typo" --axis train.seed=4 -- --set train.itres=2
 expect_contains "$OUT" "train.itres: unknown key; did you mean iters?"
-run_expect 0 "${sweep[@]}" --out "$WORK/extra" --axis train.seed=4 -- --set train.iters=2
+# The checks see the sweep's own checkpoint.dir (save_interval needs one).
+run_expect 0 "${sweep[@]}" --out "$WORK/extra" --axis train.seed=4 -- --set train.iters=2 --set checkpoint.save_interval=2
 grep -q "^  iters: 2$" "$WORK/extra/seed-4/config.yaml" || fail "config.yaml lacks the run's own --set: $(cat "$WORK/extra/seed-4/config.yaml")"
+! grep -q "does not load" <<<"$OUT" || fail "a point's check failed: $OUT"
+# Two points whose short names meet take their whole keys; a grid written on Windows reads the
+# same; a point listed twice, or a word that is not KEY=VALUE, is a usage error.
+printf 'fp16.enabled=false\r\nbf16.enabled=false\r\n' > "$WORK/clash.txt"
+run_expect 0 "${sweep[@]}" --out "$WORK/clash" --grid "$WORK/clash.txt"
+for name in fp16.enabled-false bf16.enabled-false; do
+  [ -f "$WORK/clash/$name/metrics.jsonl" ] || fail "two points shared a folder: $(ls "$WORK/clash")"
+done
+printf 'train.seed=4\ntrain.seed=4\n' > "$WORK/twice.txt"
+run_expect 2 "${sweep[@]}" --out "$WORK/twice" --grid "$WORK/twice.txt"
+expect_contains "$OUT" "the point 'train.seed=4' comes twice"
+printf 'train.seed=4\ntrain.seed=5 train_micro_batch_size_per_gpu 4\n' > "$WORK/word.txt"
+run_expect 2 "${sweep[@]}" --out "$WORK/word" --grid "$WORK/word.txt"
+expect_contains "$OUT" "line 2: 'train_micro_batch_size_per_gpu' is not KEY=VALUE"
+run_expect 2 "${sweep[@]}" --out "$WORK/nogrid" --grid "$WORK/missing.txt"
+[ ! -e "$WORK/nogrid" ] || fail "a usage error left $WORK/nogrid behind"
 # Ctrl-C in a terminal (SIGINT to the sweep's process group): the running point saves and stops
 # (status "stopped", a checkpoint of its last step), the sweep stops (exit 1: not every point
 # finished); the same command resumes the point (here to one step past its save, which finishes it).
@@ -107,6 +131,11 @@ for r, l in zip(rows, plan):
     assert r["predicted_memory_mib"] == f"{l['memory_bytes']['total'] / 2**20:.0f}", (r, l)
 print("--from-plan:", [r["layout"] for r in rows])
 PY
+# Its charts: the layout is the sweep's one axis.
+run_expect 0 "$SRC/scripts/plot.sh" --out "$WORK/planned_charts" --sweep "$WORK/planned"
+for chart in throughput memory; do
+  [ -s "$WORK/planned_charts/$chart.png" ] || fail "no $chart chart for the planned sweep"
+done
 # Usage errors are exit 2 before anything runs.
 run_expect 2 "${sweep[@]}" --out "$WORK/bad"
 expect_contains "$OUT" "give at least one --axis KEY=V1,V2, a --grid FILE or --from-plan K"
