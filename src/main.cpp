@@ -300,6 +300,8 @@ int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<stra
     return 0;
   }
   if (c.plan->parsed() && !c.plan_options.calibrate) return strata::run_plan(nullptr, c.plan_options);
+  // A run stopped while MPI starts ends at once, as in the rest of its set-up.
+  if (c.train->parsed()) strata::install_setup_signal_handlers();
   mpi = std::make_unique<strata::MpiRuntime>(argc, argv);
   strata::create_start_marker_if_asked(*mpi);
   if (c.plan->parsed()) return strata::run_plan(mpi.get(), c.plan_options);

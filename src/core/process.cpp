@@ -42,9 +42,19 @@ void note_failed_exit(int code) {
   // reports the node (the wrapper killing mpirun early could cut the ranks' last output short).
   if (!dir || !*dir || code == 0 || code == kExitDeviceFailure) return;
   // Best effort: without the file the wrapper waits for mpirun, as plain mpirun does.
-  const std::string path = std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." +
-                           std::to_string(getpid()) + ".exit" + std::to_string(code);
+  const std::string path = exit_note_prefix() + std::to_string(code);
   if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
+}
+
+std::string exit_note_prefix() {
+  const char* dir = std::getenv("STRATA_EXIT_DIR");
+  if (!dir || !*dir) return "";
+  return std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid()) + ".exit";
+}
+
+bool launcher_asked_to_stop() {
+  const char* dir = std::getenv("STRATA_EXIT_DIR");
+  return dir && *dir && access((std::string(dir) + "/stop").c_str(), F_OK) == 0;
 }
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // Process identity used by logging and the checking macros: this process's world rank
 // (set once MPI is up; -1 before) and a hard-abort that takes every rank down.
 #pragma once
+#include <string>
 
 namespace strata {
 
@@ -17,5 +18,12 @@ bool mpi_is_initialized();
 // (twice the wrapper's grace) after a rank exits non-zero, though nothing is left to save; the
 // wrapper ends it once the ranks have gone, with this code. abort_job() calls it.
 void note_failed_exit(int code);
+// The file note_failed_exit writes, without its code: "DIR/rank-R.PID.exit" ("" when
+// STRATA_EXIT_DIR is unset), for a signal handler that can only append the digits.
+std::string exit_note_prefix();
+// True when launch/strata-mpirun has been asked to stop the job (its file STRATA_EXIT_DIR/stop,
+// written before it signals the ranks): a rank that mpirun had not started when the signal came
+// never received it.
+bool launcher_asked_to_stop();
 
 }  // namespace strata

@@ -1,12 +1,24 @@
-// Async-signal-safe stop flag for the training loop.
+// Stop signals: during set-up they end the process at once (exit 128 + signal, said to the launch
+// wrapper by its exit file); from the training loop on, an async-signal-safe flag the loop polls.
 #include "train/signals.h"
 
-#include <csignal>
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+
+#include "core/process.h"
 
 namespace strata {
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
+
+// Prepared before any signal: a handler may only copy bytes and call open, write, close, _exit.
+char g_exit_note[4096];  // "DIR/rank-R.PID.exit", or empty
+char g_setup_message[128];
+size_t g_setup_message_length = 0;
 
 void on_signal(int sig) {
   if (g_stop_signal != 0) {
@@ -16,17 +28,58 @@ void on_signal(int sig) {
   }
   g_stop_signal = sig;
 }
-}  // namespace
 
-void install_stop_signal_handlers() {
+// Set-up may wait minutes (a checkpoint, a peer that failed): nothing is trained yet, so a stop
+// ends the process now, and leaves the exit file that lets launch/strata-mpirun end mpirun at once
+// (a rank killed by the signal's default action would make mpirun sleep through its kill sequence).
+void on_setup_signal(int sig) {
+  const int code = 128 + sig;
+  if (g_exit_note[0] != '\0') {
+    char path[sizeof g_exit_note + 4];
+    const size_t n = std::strlen(g_exit_note);
+    std::memcpy(path, g_exit_note, n);
+    path[n] = static_cast<char>('0' + code / 100);
+    path[n + 1] = static_cast<char>('0' + code / 10 % 10);
+    path[n + 2] = static_cast<char>('0' + code % 10);
+    path[n + 3] = '\0';
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) close(fd);
+  }
+  if (g_setup_message_length > 0) {
+    const ssize_t ignored = write(STDERR_FILENO, g_setup_message, g_setup_message_length);
+    (void)ignored;
+  }
+  _exit(code);
+}
+
+void install(void (*handler)(int)) {
   struct sigaction sa {};
-  sa.sa_handler = on_signal;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
+}
+}  // namespace
+
+void install_setup_signal_handlers() {
+  const std::string note = exit_note_prefix();
+  g_exit_note[0] = '\0';
+  if (note.size() < sizeof g_exit_note) std::memcpy(g_exit_note, note.c_str(), note.size() + 1);
+  // Rank 0 says why the job ends (every rank would say the same).
+  const std::string message =
+      process_rank() <= 0 ? "strata: a stop signal during set-up: stopping now, nothing to save yet\n" : "";
+  std::memcpy(g_setup_message, message.c_str(), message.size());
+  g_setup_message_length = message.size();
+  install(on_setup_signal);
+}
+
+void install_stop_signal_handlers() {
+  // The launch wrapper was asked to stop before this rank could receive the signal: set-up ends.
+  if (launcher_asked_to_stop()) on_setup_signal(SIGUSR1);
+  install(on_signal);
 }
 
 bool stop_requested() { return g_stop_signal != 0; }

@@ -19,6 +19,9 @@ struct TrainOptions {
 
 // Runs a whole training job on this rank; returns the process exit code.
 int run_train(const MpiRuntime& mpi, const TrainOptions& options);
+// From the start of `strata train` (before MPI starts) until its loop: a stop signal ends the
+// process at once with 128 + signal, leaving the exit file launch/strata-mpirun reads.
+void install_setup_signal_handlers();
 
 // Bytes one rank will allocate, estimated from the config before anything is allocated
 // (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline

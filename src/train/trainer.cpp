@@ -327,6 +327,7 @@ void check_same_config(const MpiRuntime& mpi, const std::string& path, const std
 }  // namespace
 
 int run_train(const MpiRuntime& mpi, const TrainOptions& options) {
+  install_setup_signal_handlers();  // again, now that the rank is known
   Config cfg;
   agree_on_user_errors(mpi, "reading the config", [&] {
     cfg = load_config_file(options.config_path, options.overrides, mpi.world_size());

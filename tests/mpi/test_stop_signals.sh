@@ -11,7 +11,9 @@
 #    ranks (which get SIGTERM from mpirun) abandon the step within the grace and save the last
 #    finished one (mpirun exits 1, as Open MPI does); the run resumes from it (Open MPI 4: 5's
 #    mpirun has no grace to give);
-# 3. launch/strata-mpirun, SIGTERM while sampling 10^9 tokens: exit 0 and a checkpoint.
+# 3. launch/strata-mpirun, SIGTERM while sampling 10^9 tokens: exit 0 and a checkpoint;
+# 4. launch/strata-mpirun, a config error or a non-finite stop: it returns at once with the code;
+# 5. launch/strata-mpirun, SIGTERM during the ranks' set-up: exit 143 within seconds, no save.
 # (A script started in the background ignores SIGINT, so the wrapper's own SIGINT, which a
 # terminal's Ctrl-C delivers, is not tested here: it takes the SIGTERM path.)
 source "$(dirname "$0")/../lib/common.sh"
@@ -119,4 +121,22 @@ took=$((SECONDS - t0))
 expect_contains "$OUT" "had a non-finite gradient"
 [ "$took" -le 15 ] || fail "a non-finite stop under launch/strata-mpirun took $took s to return"
 [ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
+
+# 5. The wrapper at its default grace, SIGTERM during the ranks' set-up: while they start (the
+# signal kills a rank that has no handler yet) or once strata runs (it ends at once): the job
+# ends within seconds with 143 (128 + SIGTERM), nothing saved, instead of sleeping through
+# mpirun's kill sequence (120 s) and exiting 138 (SIGUSR1's number).
+config early 1 "train: {iters: 3}"
+for delay in 0.1 0.4; do
+  rm -rf "$WORK/early"
+  start early env -u STRATA_STOP_GRACE_S TMPDIR="$WORK/tmp" "$LAUNCH" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train \
+    --config "$WORK/early.yaml"
+  sleep "$delay"
+  finish TERM
+  echo "SIGTERM $delay s after the start: exit $RC after $TOOK s"
+  [ "$RC" -eq 143 ] || { cat "$WORK/early.log"; fail "SIGTERM during set-up: exit $RC, expected 143"; }
+  [ "$TOOK" -le 15 ] || fail "a stop during set-up took $TOOK s"
+  ! ls -d "$WORK/early"/step_* >/dev/null 2>&1 || fail "a stop during set-up saved a checkpoint"
+  [ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
+done
 echo ok
