@@ -57,14 +57,44 @@ done
 [ -z "$hosts" ] || [ -z "$hostfile" ] || die "give --hosts or --hostfile, not both"
 [ -z "$hostfile" ] || [ -f "$hostfile" ] || die "--hostfile: '$hostfile' is not a file"
 case "$bind" in core | none) ;; *) die "--bind: '$bind' is not core or none" ;; esac
-if [ -z "$per_node" ] && [ -n "$hostfile" ]; then
-  # The hostfile's slots, when every node gives the same number (ranks are placed K per node).
-  slots=$(grep -vE '^[[:space:]]*(#|$)' "$hostfile" | sed -n 's/.*[[:space:]]slots=\([0-9]*\).*/\1/p' | sort -u)
-  listed=$(grep -cvE '^[[:space:]]*(#|$)' "$hostfile" || true)
-  with_slots=$(grep -vE '^[[:space:]]*(#|$)' "$hostfile" | grep -c '[[:space:]]slots=' || true)
-  if [ -n "$slots" ] && [ "$with_slots" -eq "$listed" ]; then
-    [ "$(wc -l <<<"$slots")" -eq 1 ] || die "--hostfile: its nodes give different slots ($(tr '\n' ' ' <<<"$slots")); give --ranks-per-node"
-    per_node="$slots"
+if [ -n "$hostfile" ]; then
+  # The hostfile's nodes as "NAME SLOTS GIVEN" lines (GIVEN: 1 when slots= says so), or "error:
+  # ..." for a line Open MPI would misread (its messages for these read as internal errors). A node
+  # on several lines without slots= has a slot per line, as in Open MPI; slots= goes on one line
+  # of a node (Open MPI refuses two).
+  node_slots=$(awk '
+    { sub(/#.*/, "") }
+    NF == 0 { next }
+    {
+      line_slots = ""
+      for (i = 2; i <= NF; i++) {
+        if ($i !~ /^slots=/) continue
+        line_slots = substr($i, 7)
+        if (line_slots !~ /^[1-9][0-9]*$/) { printf "error: line %d: %s is not slots=N with N a positive number\n", NR, $i; failed = 1; exit }
+      }
+      if (!($1 in lines)) order[++n] = $1
+      lines[$1]++
+      if (line_slots != "") {
+        if ($1 in given) { printf "error: line %d: %s has slots= on two lines; give them once\n", NR, $1; failed = 1; exit }
+        given[$1] = line_slots
+      }
+    }
+    END {
+      if (failed) exit
+      for (k = 1; k <= n; k++) {
+        h = order[k]
+        if ((h in given) && lines[h] > 1) { printf "error: %s is listed on %d lines, one with slots=; give it once\n", h, lines[h]; exit }
+        print h, ((h in given) ? given[h] : lines[h]), ((h in given) ? 1 : 0)
+      }
+    }' "$hostfile")
+  [[ "$node_slots" != error:* ]] || die "--hostfile $hostfile: ${node_slots#error: }"
+  [ -n "$node_slots" ] || die "--hostfile $hostfile: lists no node (one per line: NAME slots=N)"
+  # Ranks are placed K per node: the hostfile's slots (given, or a line each), when every node has
+  # the same number; a hostfile of names alone leaves K to the default below.
+  counts=$(awk '{print $2}' <<<"$node_slots" | sort -un)
+  if [ -z "$per_node" ] && { [ -n "$(awk '$3 == 1' <<<"$node_slots")" ] || [ "$counts" != 1 ]; }; then
+    [ "$(wc -l <<<"$counts")" -eq 1 ] || die "--hostfile: its nodes give different slots ($(tr '\n' ' ' <<<"$counts")); give --ranks-per-node"
+    per_node="$counts"
   fi
 fi
 if [ -z "$per_node" ]; then
@@ -88,13 +118,24 @@ if [ -n "$hosts" ]; then
   args+=(--host "$spec")
 elif [ -n "$hostfile" ]; then
   # Open MPI merges the lines of one host: nodes are the distinct names.
-  nodes=$(grep -vE '^[[:space:]]*(#|$)' "$hostfile" | awk '{print $1}' | sort -u | wc -l)
+  nodes=$(wc -l <<<"$node_slots")
   args+=(--hostfile "$hostfile")
 fi
 np="${np:-$((nodes * per_node))}"
 [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "--np: '$np' is not a positive number"
 [ "$np" -le $((nodes * per_node)) ] ||
   die "--np $np is more than $per_node rank(s) per node × $nodes node(s); raise --ranks-per-node or add nodes"
+# On this machine alone, more ranks than cores cannot each be bound to one (Open MPI's own error
+# for it does not say what to change).
+local_only=1
+for h in ${hosts//,/ } $([ -z "$hostfile" ] || awk '{print $1}' <<<"$node_slots"); do
+  case "$h" in localhost | 127.0.0.1 | "$(hostname)" | "$(hostname -s)") ;; *) local_only=0 ;; esac
+done
+cores=$(nproc 2>/dev/null || echo 0)
+here_ranks=$((np < per_node ? np : per_node))
+if [ "$bind" = core ] && [ "$local_only" -eq 1 ] && [ "$cores" -gt 0 ] && [ "$here_ranks" -gt "$cores" ]; then
+  die "$here_ranks ranks on this machine's $cores cores cannot each be bound to a core: give --bind none (or fewer ranks)"
+fi
 args+=(-np "$np" --map-by "ppr:$per_node:node")
 if [ "$bind" = core ]; then args+=(--bind-to core); else args+=(--bind-to none); fi
 if [ -n "$iface" ]; then

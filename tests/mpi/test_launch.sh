@@ -2,7 +2,9 @@
 # launch/mpirun.sh: prints the mpirun command it runs (hosts with their slots, ranks per node,
 # binding, the TCP interface, the exported environment, passed-through flags; ranks per node from
 # a hostfile's slots) and refuses bad options with exit 2 (an option where a value belongs, a bad
-# variable name, an empty host, more ranks than the nodes hold); a 2-rank run through it on this machine trains exactly like plain mpirun.
+# variable name, an empty host, more ranks than the nodes hold, hostfile lines Open MPI would
+# misread, more ranks than cores to bind to); a 2-rank run through it on this machine trains
+# exactly like plain mpirun.
 source "$(dirname "$0")/../lib/common.sh"
 launch="$SRC/launch/mpirun.sh"
 make_text_data "$WORK/data"
@@ -46,10 +48,24 @@ expect_contains "$OUT" "--hostfile $WORK/hosts -np 4 --map-by ppr:2:node"
 printf 'a slots=2\nb slots=4\n' > "$WORK/uneven"
 run_expect 2 "$launch" --hostfile "$WORK/uneven" --dry-run -- strata train
 expect_contains "$OUT" "its nodes give different slots"
-# A host listed on two lines is one node (Open MPI merges them): 2 slots x 1 node by default.
-printf 'a slots=2\na slots=2\n' > "$WORK/twice"
+# A host listed on two lines is one node with a slot per line (Open MPI's reading): 2 ranks on
+# it by default. slots= on two lines of a host, which Open MPI fails on with an "internal error",
+# a bad slot count, and a hostfile without a node are refused, naming the line.
+printf 'a\na\n' > "$WORK/twice"
 run_expect 0 "$launch" --hostfile "$WORK/twice" --dry-run -- strata train
 expect_contains "$OUT" "--hostfile $WORK/twice -np 2 --map-by ppr:2:node"
+printf 'a slots=2\na slots=2\n' > "$WORK/twice"
+run_expect 2 "$launch" --hostfile "$WORK/twice" --dry-run -- strata train
+expect_contains "$OUT" "line 2: a has slots= on two lines; give them once"
+printf 'a slots=two\n' > "$WORK/bad_slots"
+run_expect 2 "$launch" --hostfile "$WORK/bad_slots" --dry-run -- strata train
+expect_contains "$OUT" "line 1: slots=two is not slots=N with N a positive number"
+printf '# nothing yet\n\n' > "$WORK/empty_hosts"
+run_expect 2 "$launch" --hostfile "$WORK/empty_hosts" --dry-run -- strata train
+expect_contains "$OUT" "lists no node (one per line: NAME slots=N)"
+# More ranks than this machine's cores, bound to cores, is refused with the way out.
+run_expect 2 "$launch" --ranks-per-node "$(( $(nproc) + 1 ))" --dry-run -- strata train
+expect_contains "$OUT" "cannot each be bound to a core: give --bind none"
 # --mpirun-arg does not take this script's own options as its value; --hosts takes names only
 # (host:N would have run N - 1 ranks fewer); a trailing comma is an empty name; a program that
 # is not there is named before mpirun starts.
