@@ -89,6 +89,23 @@ run_expect 2 "${sbatch_env[@]}" bash "$SRC/launch/slurm.sbatch" --config "$WORK/
 expect_contains "$OUT" "SLURM_NTASKS is '': sbatch sets it when the job asks for tasks"
 run_expect 2 "${sbatch_env[@]}" SLURM_NTASKS=2 STRATA_STOP_GRACE_S=-5 bash "$SRC/launch/slurm.sbatch" --config "$WORK/run.yaml"
 expect_contains "$OUT" "STRATA_STOP_GRACE_S: '-5' is not a whole number of seconds"
+# A signal while the config is checked: the job step never starts, and the script says so once.
+cat > "$WORK/slow_strata" <<SH
+#!/usr/bin/env bash
+[ "\$1" != config ] || sleep 2
+exec "$STRATA" "\$@"
+SH
+chmod +x "$WORK/slow_strata"
+"${sbatch_env[@]}" SLURM_NTASKS=2 STRATA_BIN="$WORK/slow_strata" bash "$SRC/launch/slurm.sbatch" \
+  --config "$WORK/run.yaml" > "$WORK/early_stop.txt" 2>&1 &
+sbatch_job=$!
+sleep 0.5
+kill -TERM "$sbatch_job"
+set +e; wait "$sbatch_job"; rc=$?; set -e
+OUT="$(cat "$WORK/early_stop.txt")"
+[ "$rc" -eq 143 ] || { echo "$OUT"; fail "SIGTERM before the job step: exit $rc, expected 143"; }
+expect_contains "$OUT" "SIGTERM came before the job step started: nothing ran, nothing was saved; not requeued"
+! grep -q "saved and stopped\|running:" <<<"$OUT" || fail "a job whose step never started: $OUT"
 
 # The same 2-rank run through the launcher and through plain mpirun.
 run_expect 0 "$launch" --hosts localhost --ranks-per-node 2 --bind none --mpirun-arg --oversubscribe -- \
