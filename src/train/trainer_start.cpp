@@ -285,6 +285,28 @@ nlohmann::json Trainer::data_order() const {
   return order;
 }
 
+namespace {
+
+// Two blends order the data alike when their sources have the same tokens and the same shares:
+// weights 7 and 3 are 0.7 and 0.3 (the order reads only the normalised shares).
+bool same_blend(const nlohmann::json& a, const nlohmann::json& b) {
+  if (!a.is_array() || !b.is_array()) return a == b;
+  if (a.size() != b.size()) return false;
+  double total_a = 0, total_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].value("tokens", int64_t{0}) != b[i].value("tokens", int64_t{0})) return false;
+    total_a += a[i].value("weight", 0.0);
+    total_b += b[i].value("weight", 0.0);
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double share_a = a[i].value("weight", 0.0) / total_a, share_b = b[i].value("weight", 0.0) / total_b;
+    if (std::fabs(share_a - share_b) > 1e-12 * std::max(share_a, share_b)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 // A resumed run may change its data on purpose (more text, shuffling on, other weights); it is
 // told that the sequences from here differ from those an uninterrupted run would have read.
 void Trainer::warn_if_data_order_changed(const nlohmann::json& saved) const {
@@ -306,7 +328,7 @@ void Trainer::warn_if_data_order_changed(const nlohmann::json& saved) const {
                            text(at(now, key)), text(at(saved, key)));
   };
   if (at(saved, "tokens") != at(now, "tokens")) add("the token count of data.train", "tokens");
-  if (at(saved, "sources") != at(now, "sources")) add("the blend of data.train (tokens and weight per source)", "sources");
+  if (!same_blend(at(saved, "sources"), at(now, "sources"))) add("the blend of data.train (tokens and weight per source)", "sources");
   if (at(saved, "shuffle") != at(now, "shuffle")) {
     add("data.shuffle", "shuffle");
   } else if (cfg_.data.shuffle && at(saved, "seed") != at(now, "seed")) {

@@ -45,6 +45,9 @@ run grid 8 2 "$(blend 3 1)" --set parallelism.tensor_model_parallel_size=2 \
 run other_weights 1 4 "$(blend 1 3)"
 expect_contains "$OUT" "the blend of data.train (tokens and weight per source) is now ["
 expect_contains "$OUT" " tokens x weight 1] at the checkpoint)"
+# The same shares written as other weights (0.75:0.25 for 3:1) read the same sequences: no warning.
+run scaled 1 4 "$(blend 0.75 0.25)"
+! grep -q "data order differs" <<<"$OUT" || fail "weights of the same shares were warned of: $OUT"
 
 # Resume: 10 steps saved, then the run continues to 20 from its own checkpoint.
 config "$WORK/part.yaml" "$(blend 3 1)" "train: {iters: 10, seed: 5}" \
@@ -73,6 +76,8 @@ runs.check("grid", "ref", 1e-6)
 if runs.figures("dp2", "loss")[0] != runs.figures("ref", "loss")[0]:
     runs.bad.append("dp2: step 1 loss differs from one rank's")
 runs.check_resumed("resumed", "ref", 1, 0.0)
+if runs.figures("scaled", "loss") != runs.figures("ref", "loss"):
+    runs.bad.append("weights 0.75:0.25 trained otherwise than 3:1")
 other, ref = runs.figures("other_weights", "loss"), runs.figures("ref", "loss")
 print(f"other weights: step 1 loss {other[0]!r} vs {ref[0]!r}")
 if other[0] == ref[0]:
