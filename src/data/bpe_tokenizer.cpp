@@ -106,9 +106,19 @@ void find_byte_ids(Tables& t, const std::string& key, const std::string& path) {
   }
 }
 
+// Where merge r is written: a line of merges.txt (its number in merge_lines), or model.merges[r]
+// of tokenizer.json (merge_lines empty).
+struct MergeSource {
+  std::string path;
+  std::vector<size_t> merge_lines;
+  std::string where(size_t r) const {
+    return merge_lines.empty() ? "model.merges[" + std::to_string(r) + "]" : "line " + std::to_string(merge_lines[r]);
+  }
+};
+
 // HuggingFace's form: vocab {spelled token: id} and merges "left right" (or [left, right]) by rank.
 void read_hf_model(Tables& t, const nlohmann::json& vocab, const nlohmann::json& merges, const std::string& key,
-                   const std::string& path) {
+                   const std::string& path, const MergeSource& source) {
   if (!vocab.is_object() || !merges.is_array()) refuse(key, path, "no vocab map and merges list");
   std::string bytes;
   for (const auto& [token, id] : vocab.items()) {
@@ -122,22 +132,23 @@ void read_hf_model(Tables& t, const nlohmann::json& vocab, const nlohmann::json&
     if (m.is_string()) {
       const std::string line = m.get<std::string>();
       const size_t space = line.find(' ');
-      if (space == std::string::npos) refuse(key, path, "merge " + std::to_string(r) + " '" + line + "' is not 'a b'");
+      if (space == std::string::npos) refuse(key, source.path, source.where(r) + ": '" + line + "' is not 'a b'");
       left = line.substr(0, space), right = line.substr(space + 1);
     } else if (m.is_array() && m.size() == 2) {
       left = m[0].get<std::string>(), right = m[1].get<std::string>();
     } else {
-      refuse(key, path, "merge " + std::to_string(r) + " is neither 'a b' nor [a, b]");
+      refuse(key, source.path, source.where(r) + ": neither 'a b' nor [a, b]");
     }
     std::string a, b;
     const auto id = [&](const std::string& bytes_of_token) {
       const auto it = t.id_of.find(bytes_of_token);
-      if (it == t.id_of.end()) refuse(key, path, "merge " + std::to_string(r) + " '" + left + " " + right +
-                                                     "' names a token the vocabulary lacks");
+      if (it == t.id_of.end())
+        refuse(key, source.path, source.where(r) + ": the merge '" + left + " " + right + "' names a token " +
+                                     fs::path(path).filename().string() + " lacks");
       return it->second;
     };
     if (!spelled_bytes(left, a) || !spelled_bytes(right, b))
-      refuse(key, path, "merge " + std::to_string(r) + " is not in GPT-2's byte-level spelling");
+      refuse(key, source.path, source.where(r) + ": not in GPT-2's byte-level spelling");
     t.add_merge(id(a), id(b), static_cast<int32_t>(r), id(a + b));
   }
 }
@@ -149,7 +160,7 @@ void read_tokenizer_json(Tables& t, const std::string& key, const std::string& p
     const nlohmann::json& model = j.at("model");
     if (model.value("type", std::string("BPE")) != "BPE")
       refuse(key, path, "model type '" + model.value("type", std::string()) + "' is not BPE");
-    read_hf_model(t, model.at("vocab"), model.at("merges"), key, path);
+    read_hf_model(t, model.at("vocab"), model.at("merges"), key, path, MergeSource{path, {}});
     t.whole_piece_first = model.value("ignore_merges", false);
     for (const auto& added : j.value("added_tokens", nlohmann::json::array()))
       set_token(t, added.at("id").get<int32_t>(), added.at("content").get<std::string>(), false);
@@ -161,14 +172,18 @@ void read_tokenizer_json(Tables& t, const std::string& key, const std::string& p
 void read_vocab_and_merges(Tables& t, const std::string& key, const std::string& vocab_path) {
   const std::string merges_path = (fs::path(vocab_path).parent_path() / "merges.txt").string();
   nlohmann::json merges = nlohmann::json::array();
+  MergeSource source{merges_path, {}};
   std::istringstream lines(read_file(key, merges_path));
+  size_t number = 0;
   for (std::string line; std::getline(lines, line);) {
+    ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
     merges.push_back(line);
+    source.merge_lines.push_back(number);
   }
   try {
-    read_hf_model(t, nlohmann::json::parse(read_file(key, vocab_path)), merges, key, vocab_path);
+    read_hf_model(t, nlohmann::json::parse(read_file(key, vocab_path)), merges, key, vocab_path, source);
   } catch (const nlohmann::json::exception& e) {
     refuse(key, vocab_path, std::string("not a vocab.json: ") + e.what());
   }

@@ -185,9 +185,15 @@ TEST_CASE("bpe: vocab.json + merges.txt and tokenizer.json give the merges token
   std::ofstream(dir.file("bad.tiktoken")) << "YQ== 0\nnot base64! 1\n";
   CHECK(user_error_message([&] { BpeTokenizer::load(dir.file("bad.tiktoken"), "data.tokenizer"); }) ==
         "data.tokenizer: " + dir.file("bad.tiktoken") + ": line 2 is not 'BASE64 RANK'");
-  std::ofstream(dir.file("merges.txt")) << "a x\n";
-  CHECK_THAT(user_error_message([&] { BpeTokenizer::load(dir.file("vocab.json"), "data.tokenizer"); }),
-             strata_catch::Contains("merge 0 'a x' names a token the vocabulary lacks"));
+  // A merge at fault is named where it is written: merges.txt's line (counting the #version line),
+  // tokenizer.json's model.merges[r].
+  std::ofstream(dir.file("merges.txt")) << "#version: 0.2\nb c\na x\n";
+  CHECK(user_error_message([&] { BpeTokenizer::load(dir.file("vocab.json"), "data.tokenizer"); }) ==
+        "data.tokenizer: " + dir.file("merges.txt") + ": line 3: the merge 'a x' names a token vocab.json lacks");
+  std::ofstream(dir.file("tok_bad.json")) << "{\"model\": {\"type\": \"BPE\", \"vocab\": "
+                                          << vocab.substr(0, vocab.rfind(", \"<|")) << "}, \"merges\": [\"b c\", \"bc\"]}}";
+  CHECK(user_error_message([&] { BpeTokenizer::load(dir.file("tok_bad.json"), "data.tokenizer"); }) ==
+        "data.tokenizer: " + dir.file("tok_bad.json") + ": model.merges[1]: 'bc' is not 'a b'");
 }
 
 TEST_CASE("bpe: data encode writes uint32 shards for a vocabulary over 65536") {
