@@ -182,9 +182,17 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
     if (fs::is_regular_file(file, ec)) return parse_profile(fs::weakly_canonical(file, ec).string());
   }
   const std::vector<std::string> names = known_hardware_profiles();
-  throw UserError(fmt::format("--hardware: unknown profile '{}'; known: {} (or give a profile file; "
-                              "`strata plan --calibrate --out FILE` measures this machine into one)",
-                              name_or_path, names.empty() ? std::string("none found") : fmt::format("{}", fmt::join(names, ", "))));
+  // A binary copied away from its tree finds no profile folder: say where it looked.
+  std::vector<std::string> looked;
+  for (const fs::path& dir : profile_dirs()) looked.push_back(dir.lexically_normal().string());
+  const std::string known =
+      names.empty() ? fmt::format("none found in {}; set STRATA_HARDWARE_DIR to a folder of profiles, e.g. the "
+                                  "source tree's configs/hardware",
+                                  fmt::join(looked, ", "))
+                    : fmt::format("{}", fmt::join(names, ", "));
+  throw UserError(fmt::format("--hardware: unknown profile '{}'; known: {}; or give a profile file (`strata plan "
+                              "--calibrate --out FILE` measures this machine into one)",
+                              name_or_path, known));
 }
 
 std::string hardware_profile_yaml(const HardwareProfile& hw, const std::string& source) {

@@ -143,6 +143,13 @@ run_expect 0 timeout 60 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --har
   --set train_batch_size=16777216
 run_expect 2 "$STRATA" plan --config "$WORK/tiny.yaml" --gpus 4 --hardware tpu-v9
 expect_contains "$OUT" "unknown profile 'tpu-v9'; known: a100-sxm-80gb, cpu-2core, h100-sxm, h200-sxm"
+# A binary away from its tree says where it looked and how to point it at the profiles.
+cp "$STRATA" "$WORK/strata_copy"
+run_expect 2 env -u STRATA_HARDWARE_DIR "$WORK/strata_copy" plan --config "$WORK/tiny.yaml" --gpus 2 --hardware cpu-2core
+expect_contains "$OUT" "known: none found in "
+expect_contains "$OUT" "set STRATA_HARDWARE_DIR to a folder of profiles"
+run_expect 0 env STRATA_HARDWARE_DIR="$SRC/configs/hardware" "$WORK/strata_copy" plan --config "$WORK/tiny.yaml" --gpus 2 \
+  --hardware cpu-2core
 grep -v '^peak_tflops_16bit' "$SRC/configs/hardware/h100-sxm.yaml" | sed 's/^gpus_per_node: 8/gpus_per_node: 8\nnvlink: 4/' \
   | sed 's/^attention_kernel:.*/attention_kernel: flashy/; s/^multiprocessors:.*/multiprocessors: -4/' \
   | sed 's/^gpus_per_node:.*/gpus_per_node: 2.5/; s/^name:.*/name: [a, b]/' > "$WORK/broken.yaml"
