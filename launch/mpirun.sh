@@ -45,6 +45,7 @@ while [ $# -gt 0 ]; do
     --env)
       envs+=("$(value "$@")")
       [[ "${envs[-1]}" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "--env: '${envs[-1]}' is not a variable name"
+      [ -n "${!envs[-1]+set}" ] || echo "launch/mpirun.sh: warning: --env ${envs[-1]}: not set here, so not exported" >&2
       shift 2 ;;
     --mpirun-arg) passthrough+=("$(value "$@")"); shift 2 ;;
     --dry-run) dry=1; shift ;;

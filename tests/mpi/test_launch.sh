@@ -38,6 +38,8 @@ expect_contains "$OUT" "--iface needs a value, not the option '--dry-run'"
 ! grep -q launched <<<"$OUT" || fail "the command ran"
 run_expect 2 "$launch" --env BAD-NAME --dry-run -- strata train
 expect_contains "$OUT" "--env: 'BAD-NAME' is not a variable name"
+run_expect 0 env -u STRATA_NOT_SET_ANYWHERE "$launch" --env STRATA_NOT_SET_ANYWHERE --dry-run -- strata train
+expect_contains "$OUT" "--env STRATA_NOT_SET_ANYWHERE: not set here, so not exported"
 run_expect 2 "$launch" --hosts a,,b --dry-run -- strata train
 expect_contains "$OUT" "--hosts: 'a,,b' has an empty name"
 run_expect 2 "$launch" --hosts a,b --ranks-per-node 2 --np 6 --dry-run -- strata train
