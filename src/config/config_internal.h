@@ -53,6 +53,9 @@ using EnumNames = std::vector<std::pair<std::string, E>>;
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 std::string join(const std::vector<std::string>& items, const char* separator = ", ");
 std::string lower(std::string text);
+// A value as a message quotes it: '…', with control characters escaped (\r, \t, \xNN), so that
+// a stray carriage return from a file written on Windows shows.
+std::string quoted(const std::string& text);
 // A config's number: decimal or exponent text, finite, the whole text (no hex, inf or nan).
 bool parse_double(const std::string& text, double& value);
 

@@ -29,7 +29,7 @@ std::vector<std::string> split_key(const std::string& key) {
 std::string kind_of(const YAML::Node& node) {
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a map";
-  return "the value '" + node.Scalar() + "'";
+  return "the value " + quoted(node.Scalar());
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ std::string describe(const YAML::Node& node) {
   if (node.IsNull()) return "an empty value";
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a map";
-  return "'" + node.Scalar() + "'";
+  return quoted(node.Scalar());
 }
 
 bool parse_int64(const std::string& text, int64_t& value) {
@@ -62,6 +62,19 @@ bool parse_int64(const std::string& text, int64_t& value) {
 }
 
 }  // namespace
+
+std::string quoted(const std::string& text) {
+  std::string out = "'";
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\n') out += "\\n";
+    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out + "'";
+}
 
 std::string lower(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -221,7 +234,7 @@ void MapReader::read(const std::string& key, int64_t& out) {
   if (node == nullptr) return;
   int64_t v = 0;
   if (!parse_int64(node->Scalar(), v)) {
-    log_->add(key_path(key), "expected an integer, got '" + node->Scalar() + "'");
+    log_->add(key_path(key), "expected an integer, got " + quoted(node->Scalar()));
     return;
   }
   out = v;
@@ -232,7 +245,7 @@ void MapReader::read(const std::string& key, int& out) {
   const YAML::Node* node = scalar(key, "an integer");
   if (node == nullptr) return;
   if (!parse_int64(node->Scalar(), v)) {
-    log_->add(key_path(key), "expected an integer, got '" + node->Scalar() + "'");
+    log_->add(key_path(key), "expected an integer, got " + quoted(node->Scalar()));
     return;
   }
   // The field's own bound (≥ 1 for most) is checked later; here only what an int holds, said
@@ -253,7 +266,7 @@ void MapReader::read(const std::string& key, double& out) {
   if (node == nullptr) return;
   double v = 0;
   if (!parse_double(node->Scalar(), v)) {
-    log_->add(key_path(key), "expected a number, got '" + node->Scalar() + "'");
+    log_->add(key_path(key), "expected a number, got " + quoted(node->Scalar()));
     return;
   }
   out = v;
@@ -377,8 +390,8 @@ void MapReader::read_count(const std::string& key, int64_t& out) {
   double v = 0;
   // 9.2e18 keeps the conversion to int64 exact and defined.
   if (!parse_double(node->Scalar(), v) || std::floor(v) != v || std::fabs(v) > 9.2e18) {
-    log_->add(key_path(key), "expected a whole number of elements (e.g. 5e8 or 500000000), got '" +
-                                 node->Scalar() + "'");
+    log_->add(key_path(key),
+              "expected a whole number of elements (e.g. 5e8 or 500000000), got " + quoted(node->Scalar()));
     return;
   }
   out = static_cast<int64_t>(v);

@@ -56,6 +56,12 @@ TEST_CASE("overrides get the same type and unknown-key errors as the file, marke
   auto p = problems(kTinyConfig, {"optimizer.params.lr=fast"});
   CHECK(p == std::vector<std::string>{
                  "optimizer.params.lr: expected a number, got 'fast' (set by --set optimizer.params.lr)"});
+  // A carriage return (a grid file written on Windows) shows in the message.
+  p = problems(kTinyConfig, {"optimizer.params.lr=1e-3\r"});
+  CHECK(p == std::vector<std::string>{
+                 "optimizer.params.lr: expected a number, got '1e-3\\r' (set by --set optimizer.params.lr)"});
+  p = problems(kTinyConfig, {"train.iters=\x01"});
+  CHECK(p == std::vector<std::string>{"train.iters: expected an integer, got '\\x01' (set by --set train.iters)"});
   p = problems(kTinyConfig, {"zero_optimisation.stage=1"});
   CHECK(p == std::vector<std::string>{
                  "zero_optimisation: unknown key; did you mean zero_optimization? (set by --set "
