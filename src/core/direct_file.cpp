@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 
 #include <fmt/core.h>
@@ -60,12 +61,22 @@ DirectFile::DirectFile(const std::string& dir, const std::string& what, int64_t 
   if (dir.empty() || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw UserError(fmt::format("{} '{}' is not a directory: create it, or give a directory on a local disk", setting,
                                 dir));
-  path_ = fmt::format("{}/strata-{}-{}.swp", dir, what, static_cast<long>(::getpid()));
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-  if (fd_ < 0 && errno == EINVAL)
+  // A name no other file has: the PID alone repeats across containers, and a file system that
+  // refuses O_DIRECT may have created the file before refusing.
+  std::random_device entropy;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    path_ = fmt::format("{}/strata-{}-{}-{:08x}.swp", dir, what, static_cast<long>(::getpid()), entropy());
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd_ >= 0 || errno != EEXIST) break;
+  }
+  if (fd_ < 0 && errno == EINVAL) {
+    const int open_error = errno;
+    ::unlink(path_.c_str());  // some file systems (ramfs) create it, then refuse the flag
+    errno = open_error;
     throw UserError(fmt::format("{} '{}': its file system does not support O_DIRECT, which offloading to nvme reads "
                                 "and writes with; use a directory on a local disk",
                                 setting, dir));
+  }
   if (fd_ < 0)
     throw UserError(fmt::format("{} '{}': cannot create {}: {}", setting, dir, path_, std::strerror(errno)));
   ::unlink(path_.c_str());  // the name goes now; the file lives while it is open
@@ -76,9 +87,10 @@ DirectFile::DirectFile(const std::string& dir, const std::string& what, int64_t 
   if (reserved != 0) {
     ::close(fd_);
     fd_ = -1;
-    throw UserError(fmt::format("{} '{}': cannot reserve {} for the offloaded {} ({} free): {}", setting, dir,
-                                readable(bytes), what, free_bytes >= 0 ? readable(free_bytes) : std::string("unknown"),
-                                std::strerror(reserved)));
+    throw UserError(fmt::format("{} '{}': cannot reserve {} for the offloaded {} ({} free; the ranks that share "
+                                "this file system reserve a file each): {}",
+                                setting, dir, readable(bytes), what,
+                                free_bytes >= 0 ? readable(free_bytes) : std::string("unknown"), std::strerror(reserved)));
   }
 }
 

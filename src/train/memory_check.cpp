@@ -127,6 +127,9 @@ void check_host_fits(const MemoryRecord& e, const MpiRuntime& mpi, Device device
   const int64_t share = node / std::max(1, mpi.local_size());
   const int64_t need = e.host + (device == Device::CUDA ? 0 : e.total());
   if (need <= share) return;
+  // On the CPU the model's own state alone too large is the model not fitting (said below), not
+  // the offloaded part.
+  if (device != Device::CUDA && e.total() > share) return;
   const bool params_offloaded = z.offload_param.device != OffloadDevice::None;
   const bool optimizer_in_file = z.offload_optimizer.device == OffloadDevice::Nvme;
   const bool params_in_file = z.offload_param.device == OffloadDevice::Nvme;
@@ -177,8 +180,11 @@ void check_memory_fits(const Config& cfg, const MpiRuntime& mpi, const TrainingD
   }
   if (available <= 0 || e.total() <= available) return;
   // ZeRO shards over data-parallel ranks: with one, stages 1-2 add buffers and save nothing.
-  const std::string zero = cfg.derived.dp_size > 1 ? "a higher ZeRO stage, "
-                                                   : "more data-parallel ranks with a higher ZeRO stage, offloading, ";
+  // On the CPU, offloading to host memory moves nothing (it is host memory); to nvme it does.
+  const char* offload = device.backend->device() == Device::CUDA ? "offloading, " : "offloading to nvme, ";
+  const std::string zero = cfg.derived.dp_size > 1
+                               ? "a higher ZeRO stage, "
+                               : fmt::format("more data-parallel ranks with a higher ZeRO stage, {}", offload);
   throw UserError(fmt::format(
       "the model does not fit: each rank needs about {} (parameters {}, gradients {}, optimizer state {}, workspace "
       "{}, activations {}), but this rank has {} ({}). Use fewer or smaller layers (model.n_layer, model.d_model), a "

@@ -80,6 +80,13 @@ void Trainer::log_banner() {
 void Trainer::log_offload() {
   const ZeroConfig& z = cfg_.zero_optimization;
   const OffloadSettings o = engine_settings_from_config(cfg_, backend_.device(), mpi_.local_size()).sharding.offload;
+  // Page-locking is for copies to a device (the guarded CPU backend acts as one): the CPU
+  // backend's host memory is ordinary memory.
+  const bool cuda = backend_.device() != Device::CPU;
+  const auto kind = [cuda](bool pinned) { return !cuda ? "ordinary" : pinned ? "page-locked" : "pageable"; };
+  if (!cuda && ((z.offload_optimizer.device != OffloadDevice::None && z.offload_optimizer.pin_memory) ||
+                (z.offload_param.device != OffloadDevice::None && z.offload_param.pin_memory)))
+    log_info("offload: pin_memory changes nothing on the CPU backend (it page-locks host memory for copies to a GPU)");
   if (z.offload_optimizer.device != OffloadDevice::None) {
     if (!o.nvme_path.empty()) {
       log_info("offload: optimizer state (fp32 master, Adam moments) in a file in {} (O_DIRECT, {} pieces in host "
@@ -87,7 +94,7 @@ void Trainer::log_offload() {
                o.nvme_path, std::max(2, o.buffer_count), host_simd_name(host_simd_best()), o.threads);
     } else if (o.optimizer) {
       log_info("offload: optimizer state (fp32 master, Adam moments) in {} host memory; host AdamW {} x {} thread(s)",
-               o.pinned ? "page-locked" : "pageable", host_simd_name(host_simd_best()), o.threads);
+               kind(o.pinned), host_simd_name(host_simd_best()), o.threads);
     } else {
       log_info("offload: offload_optimizer cpu is a no-op on the CPU backend (the optimizer state is host memory "
                "already)");
@@ -99,12 +106,11 @@ void Trainer::log_offload() {
     if (!o.params_nvme_path.empty()) {
       log_info("offload: parameters (the {} shard the gathers read) in a file in {} (O_DIRECT, {} layer groups' "
                "pieces in {} host memory at once, read a group ahead)",
-               dtype, o.params_nvme_path, std::max(3, o.params_buffer_count),
-               o.params_pinned ? "page-locked" : "pageable");
+               dtype, o.params_nvme_path, std::max(3, o.params_buffer_count), kind(o.params_pinned));
     } else if (o.params) {
       log_info("offload: parameters (the {} shard the gathers read) in {} host memory, each layer group's piece "
                "carried up as it is gathered",
-               dtype, o.params_pinned ? "page-locked" : "pageable");
+               dtype, kind(o.params_pinned));
     } else {
       log_info("offload: offload_param cpu is a no-op on the CPU backend (the parameters are host memory already)");
     }

@@ -129,5 +129,5 @@ run_expect 2 "$STRATA" train --config "$WORK/huge.yaml" --set model.n_layer=1000
 expect_contains "$OUT" "the model does not fit: each rank needs about"
 expect_contains "$OUT" "parameters"
 # One rank: a higher ZeRO stage alone would add buffers and shard nothing, so it is not advised.
-expect_contains "$OUT" "more data-parallel ranks with a higher ZeRO stage, offloading, or more ranks"
+expect_contains "$OUT" "more data-parallel ranks with a higher ZeRO stage, offloading to nvme, or more ranks"
 echo ok

@@ -248,13 +248,17 @@ cat >"$WORK/no_direct.c" <<'C'
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <unistd.h>
+/* As ramfs does: the file is created, then O_DIRECT refused. */
 static int refuse_direct(const char* name, const char* path, int flags, va_list ap) {
+  int (*real)(const char*, int, ...) = (int (*)(const char*, int, ...))dlsym(RTLD_NEXT, name);
+  const int mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, int) : 0;
   if (flags & O_DIRECT) {
+    const int created = real(path, flags & ~O_DIRECT, mode);
+    if (created >= 0) close(created);
     errno = EINVAL;
     return -1;
   }
-  int (*real)(const char*, int, ...) = (int (*)(const char*, int, ...))dlsym(RTLD_NEXT, name);
-  const int mode = (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, int) : 0;
   return real(path, flags, mode);
 }
 /* open and open64 (the name glibc's headers give open with large-file support) alike. */
@@ -275,10 +279,12 @@ run_expect 2 env LD_PRELOAD="$WORK/no_direct.so" "$STRATA" train --config "$WORK
   --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
 expect_contains "$OUT" "nvme_path '$WORK/nvme': its file system does not support O_DIRECT"
 [ -z "$(ls -A "$WORK/nvme")" ] || fail "a refused nvme_path kept a file: $(ls "$WORK/nvme")"
-# Offloaded state that does not fit the node's memory (a 6.2B-parameter model): exit 2 before
-# anything is allocated, with the numbers.
+# Offloaded state that does not fit the node's memory (a 2.5B-parameter model: 28 GiB of
+# offloaded state beside 19 GiB of simulated device memory, on a node of 24 GiB): exit 2 before
+# anything is allocated, with the numbers. (A model whose device part alone is too large is the
+# model not fitting.)
 run_expect 2 env STRATA_SIMULATE_DEVICE=1 "$STRATA" train --config "$SRC/configs/gpt2-1558m.yaml" \
-  --set model.n_layer=200 --set zero_optimization.stage=3 --set bf16.enabled=true \
+  --set model.n_layer=80 --set zero_optimization.stage=3 --set bf16.enabled=true \
   --set train_micro_batch_size_per_gpu=1 --set gradient_accumulation_steps=1 --set train_batch_size=1 \
   --set zero_optimization.offload_optimizer.device=cpu --set "data.train=$WORK/data/train_*.bin" \
   --set "data.val=$WORK/data/val_*.bin"
@@ -292,4 +298,17 @@ run_expect 2 "$STRATA" train --config "$WORK/buffers.yaml" --set zero_optimizati
   --set zero_optimization.offload_optimizer.buffer_count=100000000
 expect_contains "$OUT" "lower zero_optimization.offload_optimizer.buffer_count (100000000), whose buffers take"
 if grep -q "offload_optimizer.device: nvme (the state in a file)" <<<"$OUT"; then fail "nvme advised with nvme set"; fi
+# On the CPU backend a model too large for the node is the model not fitting, whatever is in a file.
+run_expect 2 "$STRATA" train --config "$WORK/buffers.yaml" --set model.n_layer=48 --set model.d_model=4096 \
+  --set model.n_head=32 --set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=nvme \
+  --set zero_optimization.offload_optimizer.nvme_path="$WORK/nvme"
+expect_contains "$OUT" "the model does not fit: each rank needs about"
+expect_contains "$OUT" "offloading to nvme, or more ranks"
+if grep -q "offloaded optimizer state does not fit" <<<"$OUT"; then fail "the model's size blamed on the offloaded state"; fi
+# pin_memory on the CPU backend is said to change nothing (no memory is page-locked there).
+run_expect 0 "$STRATA" train --config "$WORK/buffers.yaml" --set zero_optimization.stage=3 \
+  --set zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_param.device=nvme \
+  --set zero_optimization.offload_param.nvme_path="$WORK/nvme" --set zero_optimization.offload_param.pin_memory=true
+expect_contains "$OUT" "offload: pin_memory changes nothing on the CPU backend"
+if grep -q "page-locked" <<<"$OUT"; then fail "the CPU backend claimed page-locked memory"; fi
 echo ok
