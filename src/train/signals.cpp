@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -68,9 +69,19 @@ void install_setup_signal_handlers() {
   const std::string note = exit_note_prefix();
   g_exit_note[0] = '\0';
   if (note.size() < sizeof g_exit_note) std::memcpy(g_exit_note, note.c_str(), note.size() + 1);
-  // Rank 0 says why the job ends (every rank would say the same).
-  const std::string message =
-      process_rank() <= 0 ? "strata: a stop signal during set-up: stopping now, nothing to save yet\n" : "";
+  // Rank 0 says why the job ends (every rank would say the same); before MPI is up, the rank the
+  // launcher gave in the environment tells.
+  bool first = process_rank() <= 0;
+  if (process_rank() < 0) {
+    for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+      const char* value = std::getenv(name);
+      if (value && *value) {
+        first = std::string(value) == "0";
+        break;
+      }
+    }
+  }
+  const std::string message = first ? "strata: a stop signal during set-up: stopping now, nothing to save yet\n" : "";
   std::memcpy(g_setup_message, message.c_str(), message.size());
   g_setup_message_length = message.size();
   install(on_setup_signal);
