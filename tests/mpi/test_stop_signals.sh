@@ -13,7 +13,7 @@
 #    mpirun has no grace to give);
 # 3. launch/strata-mpirun, SIGTERM while sampling 10^9 tokens: exit 0 and a checkpoint;
 # 4. launch/strata-mpirun, a config error or a non-finite stop: it returns at once with the code;
-# 5. launch/strata-mpirun, SIGTERM during the ranks' set-up: exit 143 within seconds, no save.
+# 5. launch/strata-mpirun, SIGTERM during the ranks' set-up: exit 143 within seconds, no checkpoint.
 # (A script started in the background ignores SIGINT, so the wrapper's own SIGINT, which a
 # terminal's Ctrl-C delivers, is not tested here: it takes the SIGTERM path.)
 source "$(dirname "$0")/../lib/common.sh"
@@ -122,21 +122,23 @@ expect_contains "$OUT" "had a non-finite gradient"
 [ "$took" -le 15 ] || fail "a non-finite stop under launch/strata-mpirun took $took s to return"
 [ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
 
-# 5. The wrapper at its default grace, SIGTERM during the ranks' set-up: while they start (the
-# signal kills a rank that has no handler yet) or once strata runs (it ends at once): the job
-# ends within seconds with 143 (128 + SIGTERM), nothing saved, instead of sleeping through
-# mpirun's kill sequence (120 s) and exiting 138 (SIGUSR1's number).
+# 5. The wrapper at its default grace, SIGTERM during the ranks' set-up (once both are through
+# MPI's start-up, while they initialise and save a step-0 checkpoint of 25M parameters): strata
+# ends them at once with their exit files, and the job ends within seconds with 143 (128 +
+# SIGTERM), no checkpoint published, instead of sleeping through mpirun's kill sequence (120 s)
+# and exiting 138 (SIGUSR1's number).
 config early 1 "train: {iters: 3}"
-for delay in 0.1 0.4; do
-  rm -rf "$WORK/early"
-  start early env -u STRATA_STOP_GRACE_S TMPDIR="$WORK/tmp" "$LAUNCH" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train \
-    --config "$WORK/early.yaml"
-  sleep "$delay"
-  finish TERM
-  echo "SIGTERM $delay s after the start: exit $RC after $TOOK s"
-  [ "$RC" -eq 143 ] || { cat "$WORK/early.log"; fail "SIGTERM during set-up: exit $RC, expected 143"; }
-  [ "$TOOK" -le 15 ] || fail "a stop during set-up took $TOOK s"
-  ! ls -d "$WORK/early"/step_* >/dev/null 2>&1 || fail "a stop during set-up saved a checkpoint"
-  [ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
-done
+sed -i -e "s|^model: .*|model: {n_layer: 8, n_head: 8, d_model: 512, vocab_size: 256, seq_len: 64}|" \
+  -e "s|^checkpoint: .*|checkpoint: {dir: \"$WORK/early\", save_initial: true}|" "$WORK/early.yaml"
+rm -f "$WORK/early.started"
+start early env -u STRATA_STOP_GRACE_S TMPDIR="$WORK/tmp" STRATA_STARTED_FILE="$WORK/early.started" "$LAUNCH" \
+  "${MPI_FLAGS[@]}" -np 2 "$STRATA" train --config "$WORK/early.yaml"
+for _ in $(seq 1 600); do [ -e "$WORK/early.started" ] && break; sleep 0.05; done
+finish TERM
+echo "SIGTERM during set-up: exit $RC after $TOOK s"
+[ "$RC" -eq 143 ] || { cat "$WORK/early.log"; fail "SIGTERM during set-up: exit $RC, expected 143"; }
+[ "$TOOK" -le 15 ] || fail "a stop during set-up took $TOOK s"
+expect_contains "$(cat "$WORK/early.log")" "a stop signal during set-up: stopping now, nothing to save yet"
+[ ! -e "$WORK/early/latest" ] || fail "a stop during set-up published a checkpoint"
+[ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
 echo ok
