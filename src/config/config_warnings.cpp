@@ -11,8 +11,8 @@ namespace strata {
 
 namespace {
 
-// The decaying schedules end at total_num_steps updates (a skipped step does not advance them). DeepSpeed's formulas go on past it: the cosine turns back up, the linear decay
-// holds its floor.
+// The decaying schedules end at total_num_steps updates (a skipped step does not advance them).
+// DeepSpeed's formulas go on past it: the cosine turns back up, the linear decay holds its floor.
 void schedule_warnings(const Config& cfg, std::vector<std::string>& out) {
   const SchedulerConfig& s = cfg.scheduler;
   const SchedulerParams& q = s.params;

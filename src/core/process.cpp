@@ -37,12 +37,13 @@ void abort_job(int code) {
 }
 
 void note_failed_exit(int code) {
-  const char* dir = std::getenv("STRATA_EXIT_DIR");
   // A device or communication failure may be a lost node: mpirun's own sequence then runs, and
   // reports the node (the wrapper killing mpirun early could cut the ranks' last output short).
-  if (!dir || !*dir || code == 0 || code == kExitDeviceFailure) return;
+  if (code == 0 || code == kExitDeviceFailure) return;
+  const std::string prefix = exit_note_prefix();
+  if (prefix.empty()) return;
   // Best effort: without the file the wrapper waits for mpirun, as plain mpirun does.
-  const std::string path = exit_note_prefix() + std::to_string(code);
+  const std::string path = prefix + std::to_string(code);
   if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
 }
 

@@ -47,24 +47,21 @@ expect_contains "$OUT" "--np 6 is more than 2 rank(s) per node × 2 node(s)"
 # Without --ranks-per-node, the hostfile's slots (when every node gives the same) place the ranks.
 run_expect 0 "$launch" --hostfile "$WORK/hosts" --dry-run -- strata train
 expect_contains "$OUT" "--hostfile $WORK/hosts -np 4 --map-by ppr:2:node"
-printf 'a slots=2\nb slots=4\n' > "$WORK/uneven"
-run_expect 2 "$launch" --hostfile "$WORK/uneven" --dry-run -- strata train
-expect_contains "$OUT" "its nodes give different slots"
+# hostfile_case RC TEXT EXPECTED: a hostfile of TEXT (printf format) gives exit RC and EXPECTED.
+hostfile_case() {
+  # shellcheck disable=SC2059  # TEXT is the format
+  printf "$2" > "$WORK/case_hosts"
+  run_expect "$1" "$launch" --hostfile "$WORK/case_hosts" --dry-run -- strata train
+  expect_contains "$OUT" "$3"
+}
+hostfile_case 2 'a slots=2\nb slots=4\n' "its nodes give different slots"
 # A host listed on two lines is one node with a slot per line (Open MPI's reading): 2 ranks on
 # it by default. slots= on two lines of a host, which Open MPI fails on with an "internal error",
 # a bad slot count, and a hostfile without a node are refused, naming the line.
-printf 'a\na\n' > "$WORK/twice"
-run_expect 0 "$launch" --hostfile "$WORK/twice" --dry-run -- strata train
-expect_contains "$OUT" "--hostfile $WORK/twice -np 2 --map-by ppr:2:node"
-printf 'a slots=2\na slots=2\n' > "$WORK/twice"
-run_expect 2 "$launch" --hostfile "$WORK/twice" --dry-run -- strata train
-expect_contains "$OUT" "line 2: a has slots= on two lines; give them once"
-printf 'a slots=two\n' > "$WORK/bad_slots"
-run_expect 2 "$launch" --hostfile "$WORK/bad_slots" --dry-run -- strata train
-expect_contains "$OUT" "line 1: slots=two is not slots=N with N a positive number"
-printf '# nothing yet\n\n' > "$WORK/empty_hosts"
-run_expect 2 "$launch" --hostfile "$WORK/empty_hosts" --dry-run -- strata train
-expect_contains "$OUT" "lists no node (one per line: NAME slots=N)"
+hostfile_case 0 'a\na\n' "--hostfile $WORK/case_hosts -np 2 --map-by ppr:2:node"
+hostfile_case 2 'a slots=2\na slots=2\n' "line 2: a has slots= on two lines; give them once"
+hostfile_case 2 'a slots=two\n' "line 1: slots=two is not slots=N with N a positive number"
+hostfile_case 2 '# nothing yet\n\n' "lists no node (one per line: NAME slots=N)"
 # More ranks than this machine's cores, bound to cores, is refused with the way out.
 run_expect 2 "$launch" --ranks-per-node "$(( $(nproc) + 1 ))" --dry-run -- strata train
 expect_contains "$OUT" "cannot each be bound to a core: give --bind none"
