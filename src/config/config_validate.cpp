@@ -178,6 +178,18 @@ void check_offload(const Config& c, Problems& p) {
       p.add(fmt::format("zero_optimization.{}.nvme_path", section),
             "is empty, but device nvme keeps the state in a file there: give the directory (a local NVMe's mount)");
   }
+  // buffer_count sizes the host buffers between a file and the update, so it binds only with
+  // nvme (DeepSpeed's schema takes any count ≥ 0 with either device, and so does strata with cpu).
+  if (z.offload_optimizer.device == OffloadDevice::Nvme && z.offload_optimizer.buffer_count < 2)
+    p.add("zero_optimization.offload_optimizer.buffer_count",
+          fmt::format("must be at least 2 with device nvme (a piece of state read ahead while another is updated), "
+                      "got {}",
+                      z.offload_optimizer.buffer_count));
+  if (z.offload_param.device == OffloadDevice::Nvme && z.offload_param.buffer_count < 3)
+    p.add("zero_optimization.offload_param.buffer_count",
+          fmt::format("must be at least 3 with device nvme (a layer group gathered, the next prefetched, one read "
+                      "ahead), got {}",
+                      z.offload_param.buffer_count));
   if (z.offload_optimizer.device != OffloadDevice::None && z.stage == 0)
     p.add("zero_optimization.offload_optimizer.device",
           fmt::format("{} needs ZeRO stage 1, 2 or 3 (the optimizer state offloaded is each rank's shard of it); set "

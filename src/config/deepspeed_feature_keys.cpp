@@ -66,7 +66,7 @@ const DeepSpeedKey kListed[] = {
     {"zero_optimization.offload_optimizer.nvme_path", kImplemented, "Directory of the NVMe swap files.",
      "The directory of each rank's state file (O_DIRECT; the file is removed as soon as it is open)"},
     {"zero_optimization.offload_optimizer.buffer_count", kImplemented, "Buffers for optimizer-state swapping.",
-     "Pieces of state in host memory at once (at least 2)"},
+     "nvme: pieces of state in host memory at once (at least 2); with cpu any count ≥ 0, changing nothing"},
     {"zero_optimization.offload_optimizer.pipeline_read", kAccepted, "Overlap reading the next state with the step.",
      kAlwaysOverlapped},
     {"zero_optimization.offload_optimizer.pipeline_write", kAccepted, "Overlap writing state with the step.",
@@ -89,7 +89,8 @@ const DeepSpeedKey kListed[] = {
     {"zero_optimization.offload_param.nvme_path", kImplemented, "Directory of the NVMe swap files.",
      "The directory of each rank's parameter file (O_DIRECT; the file is removed as soon as it is open)"},
     {"zero_optimization.offload_param.buffer_count", kImplemented, "Buffers for parameter swapping.",
-     "Layer groups' pieces in host memory at once (at least 3): gathered, prefetched, read ahead"},
+     "nvme: layer groups' pieces in host memory at once (at least 3): gathered, prefetched, read ahead; with "
+     "cpu any count ≥ 0, changing nothing"},
     {"zero_optimization.offload_param.buffer_size", kAccepted, "Size of each parameter swap buffer.",
      "strata sizes each buffer to the largest layer group's piece (a group is one read and one gather), so the "
      "size is not a choice; changes no value"},

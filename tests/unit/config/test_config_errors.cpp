@@ -274,6 +274,30 @@ TEST_CASE("features that parse but are not implemented yet are refused with thei
                 .empty());
     }
   }
+  // buffer_count binds only with nvme: DeepSpeed's schema takes any count >= 0, so cpu does too.
+  CHECK(problems(kTinyConfig, {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=cpu",
+                               "zero_optimization.offload_optimizer.buffer_count=0",
+                               "zero_optimization.offload_param.device=cpu",
+                               "zero_optimization.offload_param.buffer_count=1"},
+                 2)
+            .empty());
+  CHECK(problems(kTinyConfig, {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+                               "zero_optimization.offload_optimizer.nvme_path=/tmp",
+                               "zero_optimization.offload_optimizer.buffer_count=1",
+                               "zero_optimization.offload_param.device=nvme",
+                               "zero_optimization.offload_param.nvme_path=/tmp",
+                               "zero_optimization.offload_param.buffer_count=2"},
+                 2) ==
+        std::vector<std::string>{
+            "zero_optimization.offload_optimizer.buffer_count: must be at least 2 with device nvme (a piece of state "
+            "read ahead while another is updated), got 1 (set by --set zero_optimization.offload_optimizer.buffer_count)",
+            "zero_optimization.offload_param.buffer_count: must be at least 3 with device nvme (a layer group "
+            "gathered, the next prefetched, one read ahead), got 2 (set by --set "
+            "zero_optimization.offload_param.buffer_count)"});
+  CHECK(problems(kTinyConfig, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu",
+                               "zero_optimization.offload_optimizer.buffer_count=-1"},
+                 2)
+            .size() == 1);
   // The defaults of the same keys, and world sizes above 1, are accepted; so are tensor, sequence
   // and pipeline parallelism with every schedule and partition, and every recompute mode.
   CHECK(problems(kTinyConfig, {"zero_optimization.stage=0", "model.recompute=full", "device=cpu",
