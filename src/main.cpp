@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -50,6 +51,23 @@ const CLI::Validator kWholeCount(
 // A file the command writes or reads: an empty name would silently do nothing.
 const CLI::Validator kFileName([](std::string& text) -> std::string { return text.empty() ? "expected a file name" : ""; },
                                "FILE");
+const CLI::Validator kDirName(
+    [](std::string& text) -> std::string { return text.empty() ? "expected a directory name" : ""; }, "DIR");
+
+// Seconds, 0 or more: CLI11's NonNegativeNumber names its upper bound as DBL_MAX's 309 digits.
+const CLI::Validator kSeconds(
+    [](std::string& text) -> std::string {
+      size_t used = 0;
+      double value = -1;
+      try {
+        value = std::stod(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != text.size() || !(value >= 0) || value > 1e9) return "expected seconds, 0 or more, got '" + text + "'";
+      return "";
+    },
+    "S>=0");
 
 int report_user_error(const strata::UserError& e, int world_size) {
   // An error every rank raised is reported once; one raised here alone is reported here, and
@@ -202,7 +220,7 @@ void add_commands(CLI::App& app, Commands& c) {
   c.comm_check = app.add_subcommand("comm-check", "Check and time collectives on all ranks (run under mpirun)");
   c.comm_check->group(kDiagnostics);
   c.comm_check->add_option("--seconds", c.comm_check_options.seconds, "Run rounds for about this long")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kSeconds);
   c.comm_check->add_option("--bytes", c.comm_check_options.bytes, "Size of each operation's buffer")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
 
@@ -216,10 +234,13 @@ void add_commands(CLI::App& app, Commands& c) {
       ->check(kWholeCount);
   c.adam_check->add_option("--rounds", c.adam_check_options.rounds, "Timed steps (the best is reported)")
       ->check(kWholeCount);
-  c.adam_check->add_option("--nvme-path", c.adam_check_options.nvme_path,
-                           "Also time an offload file in this directory (O_DIRECT)");
-  c.adam_check->add_option("--nvme-bytes", c.adam_check_options.nvme_bytes, "Bytes of that file")
-      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40));
+  CLI::Option* nvme_path = c.adam_check->add_option("--nvme-path", c.adam_check_options.nvme_path,
+                                                     "Also time an offload file in this directory (O_DIRECT)")
+                               ->check(kDirName);
+  c.adam_check->add_option("--nvme-bytes", c.adam_check_options.nvme_bytes,
+                           "Bytes of that file (whole 12 MiB records, at least one)")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40))
+      ->needs(nvme_path);
 
   // strata train --config X [--set k=v]... [--dump-grads FILE]
   c.train = app.add_subcommand("train", "Train a model as the config describes (run under mpirun)");
@@ -236,7 +257,7 @@ void add_commands(CLI::App& app, Commands& c) {
   c.export_hf = app.add_subcommand("export", "Write a checkpoint as a HuggingFace GPT-2 folder");
   c.export_hf->add_option("--checkpoint", c.export_checkpoint, "Checkpoint step directory, or a checkpoint root (uses latest)")
       ->required();
-  c.export_hf->add_option("--out", c.export_out, "Output directory")->required()->check(kFileName);
+  c.export_hf->add_option("--out", c.export_out, "Output directory")->required()->check(kDirName);
 }
 
 // The config at --world-size ranks; a layout that needs more ranks than the one assumed without
@@ -334,6 +355,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
+    // `--input shards/*.bin` unquoted reaches decode as one glob's worth of arguments.
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr && commands.decode->parsed())
+      std::fputs("hint: quote a glob given to --input (--input 'shards/train_*.bin'), so that strata expands it, "
+                 "not the shell\n",
+                 stderr);
     if (rc != 0) strata::note_failed_exit(strata::kExitUserError);
     return rc == 0 ? 0 : strata::kExitUserError;
   }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "core/error.h"
@@ -56,6 +57,17 @@ std::string exit_note_prefix() {
 bool launcher_asked_to_stop() {
   const char* dir = std::getenv("STRATA_EXIT_DIR");
   return dir && *dir && access((std::string(dir) + "/stop").c_str(), F_OK) == 0;
+}
+
+int64_t meminfo_bytes(const char* name) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == name) return kib * 1024;
+  }
+  return 0;
 }
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // Process identity used by logging and the checking macros: this process's world rank
 // (set once MPI is up; -1 before) and a hard-abort that takes every rank down.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace strata {
@@ -25,5 +26,8 @@ std::string exit_note_prefix();
 // written before it signals the ranks): a rank that mpirun had not started when the signal came
 // never received it.
 bool launcher_asked_to_stop();
+
+// A line of /proc/meminfo in bytes (key "MemTotal:", "MemAvailable:", ...); 0 when unknown.
+int64_t meminfo_bytes(const char* key);
 
 }  // namespace strata

@@ -2,13 +2,16 @@
 // on this node. Every instruction set the CPU runs is checked bit for bit against the scalar
 // reference on a sample; then one fused step over N parameters is timed per instruction set
 // and thread count, beside the node's own streaming bandwidth (a += b over the same pool),
-// which bounds it: a step moves 28 bytes per parameter (reads p, g, m, v; writes p, m, v).
-// With --nvme-path, the offload file's write and read rates there too.
+// which bounds it once the arrays are larger than the caches: a step moves 28 bytes per
+// parameter (reads p, g, m, v; writes p, m, v). With --nvme-path, the offload file's write and
+// read rates there too. Lines are flushed as they come: a run cut short keeps what it measured.
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +28,25 @@ namespace strata {
 namespace {
 
 constexpr double kBytesPerParam = 28.0;
+constexpr int64_t kRecordBytes = int64_t{12} << 20;  // the offload file's transfers
+constexpr int kRecordsInFlight = 4;
+
+template <typename... Args>
+void say(fmt::format_string<Args...> format, Args&&... args) {
+  fmt::print(format, std::forward<Args>(args)...);
+  std::fflush(stdout);
+}
+
+// The four arrays hold 16 bytes per parameter: a count the machine cannot hold is the user's to
+// lower, said before allocating (pageable memory would otherwise fail only when touched).
+void check_host_memory(int64_t params) {
+  const double need = 16.0 * static_cast<double>(params);
+  const double available = static_cast<double>(meminfo_bytes("MemAvailable:"));
+  if (available > 0 && need > available)
+    throw UserError(fmt::format("strata adam-check --params {}: its four arrays (parameters, gradients, two moments) "
+                                "need {:.2f} GiB of host memory, but {:.2f} GiB is available; lower --params",
+                                params, need / (1 << 30), available / (1 << 30)));
+}
 
 struct HostArrays {
   Buffer p, g, m, v;
@@ -109,13 +131,15 @@ double best_seconds(int rounds, Fn fn) {
   return best;
 }
 
-// GB/s of writing, then reading, `bytes` of a DirectFile in `dir` the way offloaded state moves:
-// 12 MiB records, up to three requests in flight.
-std::pair<double, double> time_direct_io(const std::string& dir, int64_t bytes) {
-  const int64_t record = int64_t{12} << 20, records = std::max<int64_t>(1, bytes / record);
-  DirectFile file(dir, "adam-check", records * record, "--nvme-path");
+// Whole records of the offload file --nvme-bytes asks for (at least one).
+int64_t direct_io_records(int64_t bytes) { return std::max<int64_t>(1, bytes / kRecordBytes); }
+
+// GB/s of writing, then reading, the whole of `file` the way offloaded state moves: 12 MiB
+// records, up to four requests in flight.
+std::pair<double, double> time_direct_io(DirectFile& file, int64_t records) {
+  const int64_t record = kRecordBytes;
   std::vector<AlignedBuffer> ring;
-  for (int k = 0; k < 4; ++k) ring.push_back(allocate_aligned(static_cast<size_t>(record)));
+  for (int k = 0; k < kRecordsInFlight; ++k) ring.push_back(allocate_aligned(static_cast<size_t>(record)));
   double gbs[2] = {0, 0};
   for (int writing = 1; writing >= 0; --writing) {
     std::vector<std::future<void>> flight(ring.size());
@@ -138,6 +162,12 @@ std::pair<double, double> time_direct_io(const std::string& dir, int64_t bytes) 
 }  // namespace
 
 int run_adam_check(const AdamCheckOptions& options) {
+  check_host_memory(options.params);
+  // The file first, so that a wrong --nvme-path is said before the timings, not after them.
+  std::unique_ptr<DirectFile> file;
+  const int64_t records = direct_io_records(options.nvme_bytes);
+  if (!options.nvme_path.empty())
+    file = std::make_unique<DirectFile>(options.nvme_path, "adam-check", records * kRecordBytes, "--nvme-path");
   const int threads = host_threads_per_rank(options.threads, 1);
   ThreadPool pool(threads);
   const HostSimd best = host_simd_best();
@@ -148,7 +178,7 @@ int run_adam_check(const AdamCheckOptions& options) {
   for (HostSimd simd : simds) {
     const bool exact = check_bits(simd, pool);
     all_exact = all_exact && exact;
-    fmt::print("adam-check: {:<6} bit for bit against the scalar reference: {}\n", host_simd_name(simd),
+    say("adam-check: {:<6} bit for bit against the scalar reference: {}\n", host_simd_name(simd),
                exact ? "yes" : "NO");
   }
   const int64_t n = options.params;
@@ -166,9 +196,10 @@ int run_adam_check(const AdamCheckOptions& options) {
     });
   });
   const double stream_gbs = 12.0 * static_cast<double>(n) / stream_s / 1e9;
-  fmt::print("adam-check: {} parameters, {} threads; streaming a += b: {:.1f} GB/s\n", n, threads, stream_gbs);
+  say("adam-check: {} parameters, {} threads; streaming a += b: {:.1f} GB/s\n", n, threads, stream_gbs);
   std::string json = fmt::format("{{\"params\": {}, \"threads\": {}, \"stream_gbs\": {:.2f}, \"exact\": {}",
                                  n, threads, stream_gbs, all_exact ? "true" : "false");
+  bool above_streaming = false;
   std::vector<int> thread_counts = {1};
   if (threads > 1) thread_counts.push_back(threads);
   for (HostSimd simd : simds) {
@@ -176,20 +207,24 @@ int run_adam_check(const AdamCheckOptions& options) {
       ThreadPool* use = t == 1 ? nullptr : &pool;
       const double s = best_seconds(options.rounds, [&] { host_adamw_update(a.data(n), bench_args(), simd, use); });
       const double per_s = static_cast<double>(n) / s, gbs = per_s * kBytesPerParam / 1e9;
-      fmt::print("adam-check: {:<6} {:>2} thread{}: {:8.3f} ms/step  {:7.1f} M params/s  {:6.1f} GB/s  ({:.0f}% of "
+      say("adam-check: {:<6} {:>2} thread{}: {:8.3f} ms/step  {:7.1f} M params/s  {:6.1f} GB/s  ({:.0f}% of "
                  "streaming)\n",
                  host_simd_name(simd), t, t == 1 ? " " : "s", s * 1e3, per_s / 1e6, gbs, 100.0 * gbs / stream_gbs);
       json += fmt::format(", \"{}_t{}_params_per_s\": {:.0f}", host_simd_name(simd), t, per_s);
+      above_streaming = above_streaming || gbs > 1.05 * stream_gbs;
     }
   }
-  if (!options.nvme_path.empty()) {
-    const auto [write_gbs, read_gbs] = time_direct_io(options.nvme_path, options.nvme_bytes);
-    fmt::print("adam-check: offload file in {}: write {:.2f} GB/s, read {:.2f} GB/s (O_DIRECT, 12 MiB records, "
-               "3 in flight)\n",
-               options.nvme_path, write_gbs, read_gbs);
+  if (above_streaming)
+    say("adam-check: a figure above 100% of streaming means the arrays fit in the CPU's caches: time at least the "
+        "default 5e7 parameters for the memory-bound rate\n");
+  if (file) {
+    const auto [write_gbs, read_gbs] = time_direct_io(*file, records);
+    say("adam-check: offload file in {}: {} MiB, write {:.2f} GB/s, read {:.2f} GB/s (O_DIRECT, 12 MiB records, "
+        "up to {} in flight)\n",
+        options.nvme_path, records * (kRecordBytes >> 20), write_gbs, read_gbs, kRecordsInFlight);
     json += fmt::format(", \"nvme_write_gbs\": {:.3f}, \"nvme_read_gbs\": {:.3f}", write_gbs, read_gbs);
   }
-  fmt::print("{}}}\n", json);
+  say("{}}}\n", json);
   return all_exact ? 0 : kExitDeviceFailure;
 }
 

@@ -97,6 +97,21 @@ class Checker {
   int64_t mismatches_ = 0;
 };
 
+// A rank holds its input, the expected result and a shard: about (2 + 1/p) buffers. A size the
+// node's memory cannot hold is the user's to lower, said before anything is allocated (the job
+// would otherwise end in an allocation failure or the kernel's OOM killer).
+void check_host_memory(const MpiRuntime& mpi, int64_t elements) {
+  const double per_rank = (2.0 + 1.0 / mpi.world_size()) * static_cast<double>(elements) * 4;
+  const double node = per_rank * mpi.local_size();
+  const double available = static_cast<double>(meminfo_bytes("MemAvailable:"));
+  if (available > 0 && node > available)
+    throw UserError(fmt::format("strata comm-check --bytes {}: its buffers need {:.2f} GiB of host memory on this "
+                                "node ({} rank(s) × {:.2f} GiB: input, expected result and shard), but {:.2f} GiB is "
+                                "available; lower --bytes",
+                                elements * 4, node / (1 << 30), mpi.local_size(), per_rank / (1 << 30),
+                                available / (1 << 30)));
+}
+
 }  // namespace
 
 int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options) {
@@ -109,6 +124,7 @@ int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options) {
   const int p = comm->size();
   // fp32 elements, a multiple of the world size so reduce_scatter and all_gather split evenly.
   const int64_t elements = std::max<int64_t>(p, options.bytes / 4 / p * p);
+  check_host_memory(mpi, elements);
   log_info("comm-check: {} rank(s), {} backend, {} bytes per op, about {:g} s", p, comm->backend_name(), elements * 4,
            options.seconds);
 
@@ -132,13 +148,13 @@ int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options) {
   // Bus bandwidth (nccl-tests' convention) scales the algorithm bandwidth by the share of
   // the buffer a ring moves through each link: 2(p-1)/p for all_reduce, (p-1)/p otherwise.
   const double bus_factor[kCheckedOps] = {2.0 * (p - 1) / p, 1.0 * (p - 1) / p, 1.0 * (p - 1) / p};
-  log_info("{:<16} {:>12} {:>8} {:>12} {:>12} {:>12}", "op", "bytes", "calls", "time/call", "algbw GB/s", "busbw GB/s");
+  log_info("{:<16} {:>12} {:>8} {:>14} {:>12} {:>12}", "op", "bytes", "calls", "time/call", "algbw GB/s", "busbw GB/s");
   if (rounds == 1) std::copy(warm_up, warm_up + kCheckedOps, timing);
   for (int op = 0; op < kCheckedOps; ++op) {
     const double per_call = timing[op].seconds / static_cast<double>(std::max<int64_t>(1, timing[op].calls));
     const double algbw = per_call > 0 ? static_cast<double>(elements * 4) / per_call / 1e9 : 0.0;
-    log_info("{:<16} {:>12} {:>8} {:>9.3f} ms {:>12.3f} {:>12.3f}", kOpNames[op], elements * 4, timing[op].calls,
-             per_call * 1e3, algbw, algbw * bus_factor[op]);
+    log_info("{:<16} {:>12} {:>8} {:>11.1f} us {:>12.3f} {:>12.3f}", kOpNames[op], elements * 4, timing[op].calls,
+             per_call * 1e6, algbw, algbw * bus_factor[op]);
   }
   if (mismatches > 0) {
     if (mpi.world_rank() == 0)
@@ -146,8 +162,8 @@ int run_comm_check(const MpiRuntime& mpi, const CommCheckOptions& options) {
                 rounds);
     return kExitDeviceFailure;
   }
-  log_info("comm-check passed: {} round(s), every result bit-identical to the rank-order reduction on all {} rank(s)",
-           rounds, p);
+  log_info("comm-check passed: {} round(s){}, every result bit-identical to the rank-order reduction on all {} rank(s)",
+           rounds, rounds > 1 ? " (the first a warm-up, left out of the table)" : "", p);
   return 0;
 }
 

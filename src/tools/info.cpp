@@ -30,7 +30,8 @@ std::string visible_gpus_summary(std::string* versions) {
                           version_triplet(cuda::runtime_version(), 1000, 10),
                           driver ? version_triplet(driver, 1000, 10) : "none", cuda::cublaslt_version(),
                           cuda::nccl_version() ? fmt::format("{}", cuda::nccl_version()) : "not built");
-  if (devices.empty()) return "none (" + why + ")";
+  // Without a driver the runtime calls it "insufficient", which reads as "upgrade it".
+  if (devices.empty()) return driver ? "none (" + why + ")" : "none (no NVIDIA driver on this machine)";
   std::string s;
   for (const auto& d : devices) {
     if (!s.empty()) s += "; ";

@@ -24,17 +24,6 @@ int64_t host_available_bytes() { return meminfo_bytes("MemAvailable:"); }
 
 }  // namespace
 
-int64_t meminfo_bytes(const char* name) {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == name) return kib * 1024;
-  }
-  return 0;
-}
-
 int64_t process_rss_bytes(bool peak) {
   const char* key = peak ? "VmHWM:" : "VmRSS:";
   std::ifstream status("/proc/self/status");

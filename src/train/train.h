@@ -27,8 +27,6 @@ void install_setup_signal_handlers();
 // (memory_check.cpp): Engine::memory's terms and the model's activation arenas, for the pipeline
 // stage that needs the most. The start-up check, the memory record and `strata plan` all use it.
 MemoryRecord estimate_rank_memory(const Config& cfg, Device device);
-// A line of /proc/meminfo in bytes (key "MemTotal:", "MemAvailable:", ...); 0 when unknown.
-int64_t meminfo_bytes(const char* key);
 // With as many ranks on a node as cores, BLAS threads only fight each other: the node's cores are
 // shared among its ranks (unless OPENBLAS_NUM_THREADS says otherwise). Training and calibration
 // run their products the same way.
