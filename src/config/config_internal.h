@@ -15,6 +15,7 @@
 #include "config/config.h"
 
 namespace strata {
+enum class PipeSetting;  // pipeline/pipeline.h
 namespace config_detail {
 
 // One problem: the dotted key path it belongs to and what is wrong there.
@@ -149,6 +150,16 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
 // Every problem of a typed config, in a fixed order.
 std::vector<ConfigError> check_config(const Config& cfg, int world_size);
 
+// The fix beside a problem (config_advice.cpp): "; <what would do>", from the rest of the config.
+std::string heads_advice(int n_head, int world_size);
+std::string world_size_advice(int world_size, int64_t model_parallel);
+// A batch that is no multiple of `unit`: the multiples either side.
+std::string batch_advice(int64_t batch, int64_t unit);
+
+// Where an unknown key `name` at `path` belongs: another trainer's name for a strata key, or the
+// same name at one or two other places of the config ("a.b or c.d"); "" when neither.
+std::string key_elsewhere(const std::string& name, const std::string& path);
+
 // The model shape after applying the preset; nullopt fields stay unset when neither the
 // preset nor the file gives them (validation reports that).
 ModelConfig expand_preset(const ModelConfig& model);
@@ -163,6 +174,8 @@ struct BatchSizes {
   int micro = 0;
   int accum = 0;
 };
+// A pipeline shape problem's fix (config_advice.cpp), from the batch sizes it was checked with.
+std::string pipeline_advice(const Config& c, PipeSetting setting, const BatchSizes& sizes, int dp_size, int n_layer);
 // Returns an error (path + message) when the given values do not determine a consistent triple.
 std::optional<ConfigError> derive_batch_sizes(const Config& cfg, int dp_size, BatchSizes& out);
 

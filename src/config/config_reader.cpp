@@ -459,6 +459,10 @@ void MapReader::finish(const std::map<std::string, std::string>& hints) {
       log_->add(key_path(e.first), hint->second);
       continue;
     }
+    if (const std::string elsewhere = key_elsewhere(e.first, key_path(e.first)); !elsewhere.empty()) {
+      log_->add(key_path(e.first), "unknown key here; did you mean " + elsewhere + "?");
+      continue;
+    }
     const std::string guess = closest_match(e.first, known_);
     if (!guess.empty()) {
       log_->add(key_path(e.first), "unknown key; did you mean " + guess + "?");

@@ -3,7 +3,6 @@
 // that parse but are not implemented yet. Every problem is collected, in a fixed order, so a
 // user fixes a config in one pass.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -259,12 +258,14 @@ int check_parallelism(const Config& c, int world_size, Problems& p) {
   const ModelConfig m = expand_preset(c.model);
   if (m.n_head && *m.n_head >= 1 && *m.n_head % tp != 0)
     p.add("parallelism.tensor_model_parallel_size",
-          fmt::format("model.n_head = {} is not divisible by tensor_model_parallel_size {}", *m.n_head, tp));
+          fmt::format("model.n_head = {} is not divisible by tensor_model_parallel_size {}", *m.n_head, tp) +
+              heads_advice(*m.n_head, world_size));
   const int64_t model_parallel = int64_t{tp} * pp;
   if (world_size % model_parallel != 0) {
     p.add("parallelism", fmt::format("world size {} is not divisible by TP×PP = {} (tensor_model_parallel_size {} "
                                      "× pipeline_model_parallel_size {})",
-                                     world_size, model_parallel, tp, pp));
+                                     world_size, model_parallel, tp, pp) +
+                             world_size_advice(world_size, model_parallel));
     return 0;
   }
   return static_cast<int>(world_size / model_parallel);
@@ -313,7 +314,8 @@ void check_pipeline(const Config& c, int dp_size, Problems& p) {
   const ModelConfig m = expand_preset(c.model);
   const int n_layer = m.n_layer && *m.n_layer >= 1 ? *m.n_layer : 0;
   for (const PipeShapeProblem& problem : pipe_shape_problems(shape, n_layer)) {
-    p.add(pipe_setting_key(problem.setting), problem.message);
+    p.add(pipe_setting_key(problem.setting),
+          problem.message + pipeline_advice(c, problem.setting, sizes, dp_size, n_layer));
   }
   if (pl.partition == PipelinePartition::Explicit && m.n_layer) {
     const int chunks = pp * (pl.schedule == PipeSchedule::Interleaved ? v : 1);
@@ -430,59 +432,6 @@ void reject_not_supported_yet(const Config& c, Problems& p) {
 }
 
 }  // namespace
-
-std::optional<ConfigError> derive_batch_sizes(const Config& c, int dp_size, BatchSizes& out) {
-  const std::optional<int> train = c.train_batch_size;
-  const std::optional<int> micro = c.train_micro_batch_size_per_gpu;
-  const std::optional<int> accum = c.gradient_accumulation_steps;
-  const int64_t dp = dp_size;
-  int64_t t = 0, m = 0, g = 0;
-  if (train && micro && accum) {
-    t = *train, m = *micro, g = *accum;
-    if (t != m * g * dp)
-      return ConfigError{"train_batch_size",
-                         fmt::format("{} ≠ train_micro_batch_size_per_gpu × gradient_accumulation_steps × "
-                                     "data-parallel size = {} × {} × {} = {}",
-                                     t, m, g, dp, m * g * dp)};
-  } else if (train && micro) {
-    t = *train, m = *micro;
-    if (t % (m * dp) != 0)
-      return ConfigError{"train_batch_size",
-                         fmt::format("{} is not divisible by train_micro_batch_size_per_gpu × data-parallel size "
-                                     "= {} × {} = {}, so gradient_accumulation_steps cannot be derived",
-                                     t, m, dp, m * dp)};
-    g = t / (m * dp);
-  } else if (train && accum) {
-    t = *train, g = *accum;
-    if (t % (g * dp) != 0)
-      return ConfigError{"train_batch_size",
-                         fmt::format("{} is not divisible by gradient_accumulation_steps × data-parallel size "
-                                     "= {} × {} = {}, so train_micro_batch_size_per_gpu cannot be derived",
-                                     t, g, dp, g * dp)};
-    m = t / (g * dp);
-  } else if (micro && accum) {
-    m = *micro, g = *accum, t = m * g * dp;
-  } else if (train) {
-    t = *train, g = 1;
-    if (t % dp != 0)
-      return ConfigError{"train_batch_size",
-                         fmt::format("{} is not divisible by the data-parallel size {}, so "
-                                     "train_micro_batch_size_per_gpu cannot be derived",
-                                     t, dp)};
-    m = t / dp;
-  } else if (micro) {
-    m = *micro, g = 1, t = m * dp;
-  } else {
-    return ConfigError{"train_batch_size",
-                       accum ? "set train_batch_size or train_micro_batch_size_per_gpu "
-                               "(gradient_accumulation_steps alone does not determine the batch)"
-                             : "set train_batch_size or train_micro_batch_size_per_gpu"};
-  }
-  if (t > INT_MAX)
-    return ConfigError{"train_batch_size", fmt::format("the global batch of {} sequences is too large", t)};
-  out = BatchSizes{static_cast<int>(t), static_cast<int>(m), static_cast<int>(g)};
-  return std::nullopt;
-}
 
 std::vector<ConfigError> check_config(const Config& c, int world_size) {
   Problems p;

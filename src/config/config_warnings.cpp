@@ -49,11 +49,34 @@ void schedule_warnings(const Config& cfg, std::vector<std::string>& out) {
   }
 }
 
+// Layouts that run but idle most of their pipeline, or ask for a setting the layout leaves with
+// nothing to do.
+void layout_warnings(const Config& cfg, std::vector<std::string>& out) {
+  const Derived& d = cfg.derived;
+  if (d.pp_size < 1 || d.dp_size < 1) return;  // not resolved for a world size
+  const int p = d.pp_size, m = d.grad_accum;
+  if (p > 1 && m < p) {
+    // 1F1B and GPipe keep each stage idle (p−1)/(m+p−1) of the step.
+    out.push_back(fmt::format(
+        "parallelism: {} micro-batch{} per step through {} pipeline stages keeps each stage idle {:.0f}% of the step "
+        "(the bubble (p−1)/(m+p−1)); more micro-batches (gradient_accumulation_steps, at least {}) shrink it",
+        m, m == 1 ? "" : "es", p, 100.0 * (p - 1) / (m + p - 1), p));
+  }
+  if (p == 1 && cfg.parallelism.pipeline.schedule == PipeSchedule::GPipe)
+    out.push_back("parallelism.pipeline.schedule gpipe changes nothing at pipeline_model_parallel_size 1");
+  const ZeroConfig& z = cfg.zero_optimization;
+  if (d.dp_size == 1 && z.stage >= 1 && z.offload_optimizer.device == OffloadDevice::None)
+    out.push_back(fmt::format("zero_optimization.stage {} partitions over a data-parallel size of 1: it saves no "
+                              "memory and adds its collectives over one rank (stage 0 trains the same model without them)",
+                              z.stage));
+}
+
 }  // namespace
 
 std::vector<std::string> config_warnings(const Config& cfg) {
   std::vector<std::string> out;
   schedule_warnings(cfg, out);
+  layout_warnings(cfg, out);
   return out;
 }
 

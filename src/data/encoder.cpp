@@ -89,11 +89,26 @@ bool is_encoder_shard_name(const std::string& name) {
   return rest == ".bin" || rest == ".bin.tmp";
 }
 
-// Shards of an earlier run with more shards would otherwise be picked up by 'train_*.bin'.
+// True when the file opens with a shard header's magic (a .tmp leftover need not: it was cut short).
+bool starts_like_a_shard(const fs::path& path) {
+  if (path.extension() == ".tmp") return true;
+  std::ifstream in(path, std::ios::binary);
+  int32_t magic = 0;
+  in.read(reinterpret_cast<char*>(&magic), sizeof magic);
+  return in.gcount() == sizeof magic && (magic == kShardMagicU16 || magic == kShardMagicU32);
+}
+
+// Shards of an earlier run with more shards would otherwise be picked up by 'train_*.bin'. A file
+// named like one that is no shard is the user's: it is not deleted, and it would break the glob.
 void remove_stale_shards(const fs::path& dir, const std::set<std::string>& written) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (entry.is_regular_file() && is_encoder_shard_name(name) && !written.count(name)) {
+      if (!starts_like_a_shard(entry.path()))
+        throw UserError("data encode: " + entry.path().string() +
+                        " is named like a token shard but is not one (no shard header), and a train_*.bin or "
+                        "val_*.bin glob would read it: move it out of " + dir.string() +
+                        ", or write the shards to an empty directory");
       std::error_code ec;
       fs::remove(entry.path(), ec);
       if (ec) {

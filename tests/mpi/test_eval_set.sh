@@ -29,4 +29,24 @@ for name, (v,) in val.items():
     # The same 16 sequences; only the order of the per-batch sums differs.
     assert abs(v - ref) <= 1e-6 * abs(ref), (name, v, ref)
 PY
+
+# An eval_iters past the val split takes all of it, also one whose product with the global batch
+# would pass int64 (it gave a NaN loss, or an internal error).
+run_all() {
+  run_expect 0 "$STRATA" train --config "$WORK/base.yaml" --set optimizer.params.lr=1e-9 \
+    --set train_micro_batch_size_per_gpu=8 --set gradient_accumulation_steps=1 --set train.eval_iters="$2" \
+    --set logging.metrics_file="$WORK/$1.jsonl"
+}
+run_all all 100000
+run_all huge 4611686018427387904
+run_all huger 1152921504606846976
+PYTHONPATH="$SRC/tests/lib" python3 - "$WORK" <<'PY'
+import math, sys
+from equivalence import records
+work = sys.argv[1]
+val = {name: [r["val_loss"] for r in records(f"{work}/{name}.jsonl", "eval")] for name in ("all", "huge", "huger")}
+print("val loss over the whole split:", val)
+assert all(len(v) == 1 and v[0] is not None and math.isfinite(v[0]) for v in val.values()), val
+assert val["huge"] == val["all"] and val["huger"] == val["all"], val
+PY
 echo ok

@@ -1,5 +1,6 @@
 // Config problems: every error class has its message and key path, all problems of a
 // config come back together, and features that are not implemented yet are refused.
+#include <algorithm>
 #include "config_test_util.h"
 
 using namespace strata;
@@ -12,6 +13,10 @@ namespace {
 std::vector<std::string> tiny_problems(const std::string& extra, const std::vector<std::string>& overrides = {},
                                        int world_size = 1) {
   return problems(std::string(kTinyConfig) + extra, overrides, world_size);
+}
+// A problem anywhere in whose text `part` appears.
+bool mentions(const std::vector<std::string>& list, const std::string& part) {
+  return std::any_of(list.begin(), list.end(), [&](const std::string& p) { return p.find(part) != std::string::npos; });
 }
 }  // namespace
 
@@ -32,6 +37,21 @@ TEST_CASE("unknown keys name the path and suggest the closest valid key") {
 
   p = tiny_problems("parallelism: {pipeline: {schedul: gpipe}}\n");
   CHECK(has_problem(p, "parallelism.pipeline.schedul: unknown key; did you mean schedule?"));
+
+  // A key at the wrong level, or under another trainer's name, is pointed to where it belongs
+  // (not to a look-alike sibling: eval_every is no eval_iters).
+  CHECK(tiny_problems("train: {eval_every: 5}\n") ==
+        std::vector<std::string>{"train.eval_every: unknown key here; did you mean train.eval_interval?"});
+  CHECK(tiny_problems("tensor_model_parallel_size: 2\n") ==
+        std::vector<std::string>{
+            "tensor_model_parallel_size: unknown key here; did you mean parallelism.tensor_model_parallel_size?"});
+  CHECK(tiny_problems("parallelism: {virtual_stages: 2}\n") ==
+        std::vector<std::string>{
+            "parallelism.virtual_stages: unknown key here; did you mean parallelism.pipeline.virtual_stages?"});
+  CHECK(tiny_problems("train: {sample_interval: 5}\n") ==
+        std::vector<std::string>{"train.sample_interval: unknown key here; did you mean logging.sample_interval?"});
+  // A name found at many places (enabled, type) says nothing about where it belongs.
+  CHECK(has_problem(tiny_problems("train: {enabled: true}\n"), "train.enabled: unknown key; "));
 
   // A DeepSpeed key strata refuses says why, never "unknown key".
   p = tiny_problems("sparse_attention: {mode: fixed}\n");
@@ -161,16 +181,39 @@ TEST_CASE("cross-key rules: precision, optimizer mode, model shape, rank grid") 
   CHECK(tiny_problems("", {"model.d_model=66", "model.n_head=4"}) ==
         std::vector<std::string>{"model.d_model: 66 is not divisible by model.n_head = 4 (set by --set model.d_model)"});
 
+  // Each grid problem comes with values that would do.
   p = tiny_problems("parallelism: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2}\n", {}, 6);
-  CHECK(has_problem(p, "parallelism: world size 6 is not divisible by TP×PP = 4"));
+  CHECK(has_problem(p, "parallelism: world size 6 is not divisible by TP×PP = 4 (tensor_model_parallel_size 2 × "
+                       "pipeline_model_parallel_size 2); run on a multiple of 4 ranks (mpirun -np 8), or choose TP×PP "
+                       "among the divisors of 6: 1, 2, 3, 6"));
 
   p = tiny_problems("parallelism: {tensor_model_parallel_size: 2}\n", {"model.n_head=3", "model.d_model=48"}, 2);
   CHECK(has_problem(p, "parallelism.tensor_model_parallel_size: model.n_head = 3 is not divisible by "
-                       "tensor_model_parallel_size 2"));
+                       "tensor_model_parallel_size 2; a tensor_model_parallel_size dividing both n_head and the world "
+                       "size 2 would do: 1"));
+  p = tiny_problems("parallelism: {tensor_model_parallel_size: 8}\n", {"model.n_head=12", "model.d_model=48"}, 8);
+  CHECK(mentions(p, "would do: 1, 2, 4"));
 
   p = tiny_problems("parallelism: {pipeline_model_parallel_size: 4}\n", {}, 4);
   CHECK(has_problem(p, "parallelism.pipeline_model_parallel_size: 4 pipeline stages need at least as many layers, "
-                       "but the model has 2"));
+                       "but the model has 2; at most 2 stages"));
+
+  // The interleaved schedule's micro-batch rule, told with the key to change and its value: the
+  // one given, else the batch that derives the count.
+  const std::string interleaved =
+      "parallelism: {pipeline_model_parallel_size: 2, pipeline: {schedule: interleaved, virtual_stages: 2}}\n";
+  p = tiny_problems(interleaved, {"model.n_layer=4", "train_batch_size=null", "gradient_accumulation_steps=3"}, 2);
+  CHECK(mentions(p, "the interleaved schedule needs a multiple of the 2 pipeline stages; "
+                       "gradient_accumulation_steps 4 would do"));
+  p = tiny_problems(interleaved, {"model.n_layer=4", "train_batch_size=6", "train_micro_batch_size_per_gpu=2",
+                                  "gradient_accumulation_steps=null"}, 2);
+  CHECK(mentions(p, "(gradient_accumulation_steps derived as train_batch_size / (micro-batch × data-parallel "
+                       "size)); train_batch_size 8 would do"));
+  p = tiny_problems(interleaved, {"model.n_layer=4", "train_batch_size=8", "train_micro_batch_size_per_gpu=null",
+                                  "gradient_accumulation_steps=null"}, 2);
+  CHECK(mentions(p, "train_micro_batch_size_per_gpu 4 would give 2 micro-batches"));
+  p = tiny_problems(interleaved, {"model.n_layer=4", "parallelism.pipeline.virtual_stages=3"}, 2);
+  CHECK(mentions(p, "6 model chunks need at least as many layers, but the model has 4; at most 2 virtual stages"));
 
   CHECK(tiny_problems("", {}, 0) == std::vector<std::string>{"--world-size: must be ≥ 1, got 0"});
 }
@@ -185,14 +228,14 @@ TEST_CASE("batch rule: each derivation case reports what does not divide") {
   p = problems("train_batch_size: 64\ntrain_micro_batch_size_per_gpu: 3\n" + model, {}, 2);
   CHECK(p == std::vector<std::string>{"train_batch_size: 64 is not divisible by train_micro_batch_size_per_gpu × "
                                       "data-parallel size = 3 × 2 = 6, so gradient_accumulation_steps cannot be "
-                                      "derived"});
+                                      "derived; a multiple of 6 would do, e.g. 60 or 66"});
   p = problems("train_batch_size: 64\ngradient_accumulation_steps: 3\n" + model, {}, 2);
   CHECK(p == std::vector<std::string>{"train_batch_size: 64 is not divisible by gradient_accumulation_steps × "
                                       "data-parallel size = 3 × 2 = 6, so train_micro_batch_size_per_gpu cannot be "
-                                      "derived"});
+                                      "derived; a multiple of 6 would do, e.g. 60 or 66"});
   p = problems("train_batch_size: 63\n" + model, {}, 2);
   CHECK(p == std::vector<std::string>{"train_batch_size: 63 is not divisible by the data-parallel size 2, so "
-                                      "train_micro_batch_size_per_gpu cannot be derived"});
+                                      "train_micro_batch_size_per_gpu cannot be derived; a multiple of 2 would do, e.g. 62 or 64"});
   p = problems(model, {}, 2);
   CHECK(p == std::vector<std::string>{"train_batch_size: set train_batch_size or train_micro_batch_size_per_gpu"});
   p = problems("gradient_accumulation_steps: 2\n" + model, {}, 2);
@@ -403,7 +446,7 @@ model: {preset: gpt2-124m}
                  "optimizer.params.lr: expected a number, got 'fast'",
                  "zero_optimisation: unknown key; did you mean zero_optimization?",
                  "train_batch_size: 30 is not divisible by train_micro_batch_size_per_gpu × data-parallel size = 4 × "
-                 "1 = 4, so gradient_accumulation_steps cannot be derived",
+                 "1 = 4, so gradient_accumulation_steps cannot be derived; a multiple of 4 would do, e.g. 28 or 32",
                  "bf16.enabled: fp16 and bf16 are both enabled; enable at most one of them",
                  "train.iters: must be ≥ 1, got -5",
              });
@@ -419,7 +462,7 @@ TEST_CASE("validate_config checks a config built in code") {
   const auto p = validate_config(c, 4);
   CHECK(p == std::vector<std::string>{
                  "train_batch_size: 10 is not divisible by the data-parallel size 4, so "
-                 "train_micro_batch_size_per_gpu cannot be derived",
+                 "train_micro_batch_size_per_gpu cannot be derived; a multiple of 4 would do, e.g. 8 or 12",
                  "optimizer.params.eps: must be > 0, got 0", "model.d_model: 64 is not divisible by model.n_head = 3"});
   CHECK_THROWS_AS(resolve_config(c, 4), UserErrors);
   c.train_batch_size = 8;

@@ -1,6 +1,7 @@
 // Start-up warnings: a schedule that ends before the run (the cosine climbs back, the linear
 // decay holds its floor), a linear decay shorter than its warmup, and a run that ends inside the
-// warmup are each said once, naming the keys; a schedule that fits the run says nothing.
+// warmup are each said once, naming the keys; a schedule that fits the run says nothing. So are
+// pipelines fed fewer micro-batches than stages, gpipe at PP 1 and ZeRO at DP 1 without offload.
 #include "config_test_util.h"
 
 using namespace strata;
@@ -71,4 +72,28 @@ TEST_CASE("a run that ends inside the warmup is said to stay below the peak") {
                     "scheduler.params.warmup_num_steps=400"});
   CHECK(w.size() == 3);
   INFO(joined(w));
+}
+
+TEST_CASE("layouts that idle their pipeline or set what the layout leaves idle are said") {
+  const auto at = [](int world, const std::vector<std::string>& overrides) {
+    return config_warnings(load(kTinyConfig, overrides, world));
+  };
+  // One micro-batch through 2 stages: each idles (p−1)/(m+p−1) = 50%.
+  auto w = at(2, {"parallelism.pipeline_model_parallel_size=2"});
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == "parallelism: 1 micro-batch per step through 2 pipeline stages keeps each stage idle 50% of the step "
+                "(the bubble (p−1)/(m+p−1)); more micro-batches (gradient_accumulation_steps, at least 2) shrink it");
+  CHECK(at(2, {"parallelism.pipeline_model_parallel_size=2", "gradient_accumulation_steps=2"}).empty());
+  CHECK(at(1, {"parallelism.pipeline.schedule=gpipe"}) ==
+        std::vector<std::string>{"parallelism.pipeline.schedule gpipe changes nothing at pipeline_model_parallel_size 1"});
+  CHECK(at(2, {"parallelism.pipeline_model_parallel_size=2", "parallelism.pipeline.schedule=gpipe",
+               "gradient_accumulation_steps=4"})
+            .empty());
+  // ZeRO over one data-parallel rank partitions nothing; with offload it is how the state moves.
+  w = at(2, {"zero_optimization.stage=2", "parallelism.tensor_model_parallel_size=2"});
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == "zero_optimization.stage 2 partitions over a data-parallel size of 1: it saves no memory and adds its "
+                "collectives over one rank (stage 0 trains the same model without them)");
+  CHECK(at(2, {"zero_optimization.stage=2"}).empty());
+  CHECK(at(1, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu"}).empty());
 }

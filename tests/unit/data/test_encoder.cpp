@@ -112,6 +112,12 @@ TEST_CASE("encoder without val, a rerun removes stale shards of a larger earlier
   CHECK(std::filesystem::exists(dir.file("out/notes.txt")));       // other files untouched
   CHECK(std::filesystem::exists(dir.file("out/train_000001.bin.bak")));
   CHECK_FALSE(std::filesystem::exists(dir.file("out/train_000001.bin")));
+
+  // A file named like a shard that has no shard header is the user's: kept, and said.
+  std::ofstream(dir.file("out/train_000009.bin")) << "hi";
+  CHECK_THAT(user_error_message([&] { encode_text_files(options); }),
+             strata_catch::Contains("train_000009.bin is named like a token shard but is not one"));
+  CHECK(std::filesystem::exists(dir.file("out/train_000009.bin")));
 }
 
 TEST_CASE("encoder errors name the problem") {
