@@ -113,12 +113,14 @@ Config load_config_text(const std::string& yaml_text, const std::vector<std::str
   bool batch_key_failed = false;
   for (const char* k : kBatchKeyNames) batch_key_failed = batch_key_failed || log.covers(k);
   const bool warmup_failed = log.covers("scheduler.params.warmup_num_steps");
+  const bool val_failed = log.covers("data.val");  // given, but not as a glob: not "missing"
   std::vector<ConfigError> rule_errors;
   for (auto& e : check_config(cfg, world_size)) {
     bool is_batch_key = false;
     for (const char* k : kBatchKeyNames) is_batch_key = is_batch_key || e.path == k;
     if (log.covers(e.path) || (batch_key_failed && is_batch_key)) continue;
     if (warmup_failed && e.path == "scheduler.params.total_num_steps") continue;
+    if (val_failed && e.path == "train.eval_interval") continue;
     rule_errors.push_back(std::move(e));
   }
   for (const auto& e : rule_errors) log.add(e.path, e.message);
@@ -182,6 +184,13 @@ DeepSpeedExplanation explain_deepspeed_file(const std::string& path, const std::
     config_detail::list_deepspeed_keys(root, listed, /*with_refused=*/true);
     for (DeepSpeedKeyNote& note : listed.deepspeed_keys) {
       if (note.treatment == "auto") note.detail = "filled in where strata's other keys determine it, else refused";
+      // A key strata implements may still refuse this value (optimizer.type Lamb): say so here too.
+      for (const std::string& error : e.errors()) {
+        if (note.treatment == "implemented" && error.rfind(note.path + ": ", 0) == 0) {
+          note.treatment = "refused";
+          note.detail = error.substr(note.path.size() + 2);
+        }
+      }
     }
     return {explain_deepspeed(listed) + "The config does not load as it is; its problems follow.\n", e.errors()};
   }

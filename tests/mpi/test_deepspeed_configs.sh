@@ -121,6 +121,11 @@ expect_contains "$OUT" "zero_optimization.prefetch_bucket_size = 5e7"
 expect_contains "$OUT" "refused     write it as stage3_prefetch_bucket_size"
 expect_contains "$OUT" "The config does not load as it is; its problems follow."
 expect_contains "$OUT" "model.n_layer: required without a preset"
+# A key strata implements whose value it refuses is listed as refused, with the reason.
+printf '{"train_batch_size": 8, "optimizer": {"type": "Lamb", "params": {"lr": 0.001}}}' > "$WORK/lamb.json"
+run_expect 2 "$STRATA" config "$WORK/lamb.json" "${gpt2[@]}" --explain-deepspeed
+grep -qE "^  optimizer.type = Lamb +refused +'Lamb' is not supported; supported: AdamW, Adam" <<<"$OUT" ||
+  { echo "$OUT"; fail "optimizer.type Lamb not listed as refused"; }
 echo '{"train_batch_size": 8, "zero_optimization": true}' > "$WORK/legacy.json"
 run_expect 2 "$STRATA" config "$WORK/legacy.json" "${gpt2[@]}"
 expect_contains "$OUT" "DeepSpeed's legacy boolean form, which strata does not read: write zero_optimization: {stage: 1}"

@@ -274,6 +274,9 @@ TEST_CASE("model, loop and checkpoint consistency problems") {
   CHECK(tiny_problems("train: {eval_interval: 10}\n") ==
         std::vector<std::string>{"train.eval_interval: evaluation needs validation data: set data.val, or set "
                                  "eval_interval to 0"});
+  // data.val given in a form it cannot take is that one problem, not also "missing".
+  CHECK(tiny_problems("train: {eval_interval: 10}\ndata: {train: a.bin, val: [b.bin]}\n") ==
+        std::vector<std::string>{"data.val: expected a string, got a list"});
   CHECK(tiny_problems("checkpoint: {save_interval: 10}\n") ==
         std::vector<std::string>{"checkpoint.dir: save_interval/save_initial need a directory to save into; set "
                                  "checkpoint.dir"});
