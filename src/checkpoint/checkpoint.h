@@ -183,10 +183,9 @@ std::string folder_run_id(const std::string& root);  // "" when root has no run.
 void write_folder_run_id(const std::string& root, const std::string& run_id);
 // The run id in a step dir's manifest; "" for a checkpoint saved before run ids (or unreadable).
 std::string checkpoint_run_id(const std::string& step_dir);
-// At start-up: UserError when a checkpoint of `bytes` (all ranks' files) saved at `step` could
-// not fit in root even after deleting what its save would prune (nothing is deleted here).
-void check_checkpoint_room(const std::string& root, int64_t step, int keep_last, const std::string& run_id,
-                           uint64_t bytes);
+// At start-up: UserError when the run's next checkpoint of `bytes` (all ranks' files) could not
+// fit in root even after deleting what its save may delete first (nothing is deleted here).
+void check_checkpoint_room(const std::string& root, int keep_last, const std::string& run_id, uint64_t bytes);
 // checkpoint.overwrite: deletes root's complete checkpoints, latest and run.json.
 void clear_checkpoint_dir(const std::string& root);
 // A run resumed at `step` leaves behind its folder's later checkpoints of the same run (a rewind,

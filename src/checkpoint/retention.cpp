@@ -109,7 +109,11 @@ Room measure_room(const std::string& root, int64_t step, int keep_last, const st
   room.free_bytes = static_cast<uint64_t>(fs_info.f_bavail) * fs_info.f_frsize;
   if (room.free_bytes >= room.needed) return room;
   room.removable = partial_saves(root);
-  for (const std::string& dir : dirs_pruned_after(root, step, keep_last, run_id)) room.removable.push_back(dir);
+  // Deleted before the save, never the newest checkpoint: a save that then fails (a full disk, a
+  // kill) must leave one to resume from. So keep_last 1 needs room for two checkpoints at a save.
+  const int keep_before_save = keep_last <= 0 ? keep_last : std::max(keep_last, 2);  // 0 keeps every one
+  for (const std::string& dir : dirs_pruned_after(root, step, keep_before_save, run_id))
+    room.removable.push_back(dir);
   for (const std::string& path : room.removable) room.reclaimable += tree_bytes(path);
   return room;
 }
@@ -117,13 +121,18 @@ Room measure_room(const std::string& root, int64_t step, int keep_last, const st
 // `what`: the save ("the checkpoint of step 40"), or at start-up each save of the run.
 void throw_if_no_room(const Room& room, const std::string& root, const std::string& what, int keep_last) {
   if (!room.known || room.free_bytes + room.reclaimable >= room.needed) return;
+  const std::string keep_advice = keep_last == 0   ? "set checkpoint.keep_last (0 keeps every checkpoint), "
+                                  : keep_last >= 2 ? "lower checkpoint.keep_last, "
+                                                   : "";
   throw UserError(fmt::format(
-      "checkpoint.dir {}: {} needs about {} but the file system has {} free{}; free up "
-      "space there, lower checkpoint.keep_last, or point checkpoint.dir at a larger file system",
+      "checkpoint.dir {}: {} needs about {} but the file system has {} free{}{}; free up space there, {}or point "
+      "checkpoint.dir at a larger file system",
       root, what, gigabytes(room.needed), gigabytes(room.free_bytes),
       room.reclaimable > 0 ? fmt::format(" ({} more after deleting what checkpoint.keep_last {} drops)",
                                          gigabytes(room.reclaimable), keep_last)
-                           : std::string()));
+                           : std::string(),
+      keep_last == 1 ? " (keep_last 1 deletes the previous checkpoint only once the new one is complete)" : "",
+      keep_advice));
 }
 
 }  // namespace
@@ -141,9 +150,9 @@ void ensure_room(const std::string& root, int64_t step, int keep_last, const std
 
 }  // namespace ckpt
 
-void check_checkpoint_room(const std::string& root, int64_t step, int keep_last, const std::string& run_id,
-                           uint64_t bytes) {
-  ckpt::throw_if_no_room(ckpt::measure_room(root, step, keep_last, run_id, bytes), root,
+void check_checkpoint_room(const std::string& root, int keep_last, const std::string& run_id, uint64_t bytes) {
+  // The next save is at a step after every checkpoint in root (-1: none of theirs).
+  ckpt::throw_if_no_room(ckpt::measure_room(root, -1, keep_last, run_id, bytes), root,
                          "each checkpoint of this run", keep_last);
 }
 

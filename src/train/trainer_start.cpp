@@ -208,7 +208,7 @@ void Trainer::settle_run_identity(const std::string& resumed_from, bool from_fol
   if (root.empty()) return;
   const uint64_t bytes = checkpoint_bytes();
   agree_on_user_errors(mpi_, "checking the room for a checkpoint", [&] {
-    if (mpi_.world_rank() == 0) check_checkpoint_room(root, state_.step, cfg_.checkpoint.keep_last, id, bytes);
+    if (mpi_.world_rank() == 0) check_checkpoint_room(root, cfg_.checkpoint.keep_last, id, bytes);
   });
 }
 

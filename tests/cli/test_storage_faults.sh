@@ -3,8 +3,9 @@
 # 1. a full checkpoint disk (a 1200 KiB tmpfs in a private mount namespace: room for two
 #    checkpoints): the save that does not fit is refused before writing (how much is needed and
 #    free), latest stays on the previous checkpoint, nothing partial is left; with keep_last 1
-#    the next run deletes first what the save would prune and goes on; a leftover step_N.tmp of
-#    a killed save is removed at start-up;
+#    the next run deletes first what the save would prune and goes on, but never the newest
+#    checkpoint: with room for no second one it stops (exit 2) keeping it; a leftover step_N.tmp
+#    of a killed save is removed at start-up;
 # 2. a write that fails halfway (a file-size limit set on the running process): exit 2, the
 #    partial step_N.tmp removed;
 # 3. unattended resume: with resume: auto a damaged newest checkpoint (one flipped byte, a
@@ -33,6 +34,10 @@ ls "$disk/ckpt" > "$WORK/full1.ls"; cat "$disk/ckpt/latest" > "$WORK/full1.lates
 mkdir -p "$disk/ckpt/step_00000099.tmp"
 "$STRATA" train --config "$WORK/full.yaml" --set checkpoint.keep_last=1 > "$WORK/full2.log" 2>&1
 echo \$? > "$WORK/full2.rc"; ls "$disk/ckpt" > "$WORK/full2.ls"
+free=\$(df --output=avail -B1 "$disk" | tail -n 1)
+head -c \$((free - 200000)) /dev/zero > "$disk/fill"
+"$STRATA" train --config "$WORK/full.yaml" --set checkpoint.keep_last=1 --set train.iters=12 > "$WORK/full3.log" 2>&1
+echo \$? > "$WORK/full3.rc"; ls "$disk/ckpt" > "$WORK/full3.ls"; cat "$disk/ckpt/latest" > "$WORK/full3.latest"
 SH
   unshare -m bash "$WORK/full.sh" || fail "the full-disk run could not mount a tmpfs"
   cat "$WORK/full1.log" | tail -n 2
@@ -46,6 +51,14 @@ SH
   grep -q "deleting now what the save would prune after it" "$WORK/full2.log" || fail "no pruning first"
   [ "$(grep -c step_ "$WORK/full2.ls")" -eq 1 ] && grep -q step_00000010 "$WORK/full2.ls" ||
     fail "expected only step_00000010: $(cat "$WORK/full2.ls")"
+  # keep_last 1 without room for a second checkpoint: the only one is not deleted to make room
+  # (a save that then failed would leave nothing to resume from); exit 2, and it stays latest.
+  tail -n 1 "$WORK/full3.log"
+  [ "$(cat "$WORK/full3.rc")" = 2 ] || fail "keep_last 1 without room for two: exit $(cat "$WORK/full3.rc")"
+  grep -q "keep_last 1 deletes the previous checkpoint only once the new one is complete" "$WORK/full3.log" ||
+    fail "the refusal does not say why keep_last 1 needs room for two"
+  grep -q step_00000010 "$WORK/full3.ls" && [ "$(cat "$WORK/full3.latest")" = step_00000010 ] ||
+    fail "the only checkpoint was lost: $(cat "$WORK/full3.ls")"
 else
   echo "full disk: skipped (no mount namespaces here: needs root)"
 fi
