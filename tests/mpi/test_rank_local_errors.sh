@@ -121,4 +121,20 @@ run_expect 2 timeout 60 env -u STRATA_STOP_GRACE_S "$SRC/launch/strata-mpirun" "
   "$WORK/per_rank" true "export STRATA_COMM_TIMEOUT_S=abc" "$STRATA" train --config "$WORK/a/cfg.yaml"
 expect_contains "$OUT" "[rank 1] error: environment variable STRATA_COMM_TIMEOUT_S='abc'"
 [ $((SECONDS - t0)) -le 25 ] || fail "a one-rank user error under launch/strata-mpirun took $((SECONDS - t0)) s"
+# 10. A shard cut short under the run on rank 1's node only, under launch/strata-mpirun: the rank
+# that reads it ends at once (exit 2, naming the file) and leaves its exit file, so the wrapper
+# ends the job within seconds instead of after mpirun's 120 s kill sequence.
+sed 's|^train: .*|train: {iters: 100000, seed: 3}|' "$WORK/rel.yaml" > "$WORK/cut.yaml"
+timeout 90 env -u STRATA_STOP_GRACE_S "$SRC/launch/strata-mpirun" "${MPI_FLAGS[@]}" -np 2 "$WORK/per_rank" \
+  "cd $WORK/a" "cd $WORK/b" "$STRATA" train --config "$WORK/cut.yaml" --set logging.metrics_file="$WORK/cut.jsonl" \
+  > "$WORK/cut.log" 2>&1 &
+pid=$!
+wait_for_train_record "$WORK/cut.jsonl"
+truncate -s 2048 "$WORK"/b/data/train_*.bin
+t0=$SECONDS
+set +e; wait "$pid"; rc=$?; set -e
+[ "$rc" -eq 2 ] || { cat "$WORK/cut.log" >&2; fail "a shard cut short on one rank under the wrapper: exit $rc"; }
+grep -q "\[rank 1\] error: data shard data/train_000000.bin changed while this run read it" "$WORK/cut.log" ||
+  { cat "$WORK/cut.log" >&2; fail "the cut shard is not named"; }
+[ $((SECONDS - t0)) -le 25 ] || fail "a shard cut short under launch/strata-mpirun took $((SECONDS - t0)) s"
 echo "PASS: rank-local errors end the job with code 2 and the failing rank's message"
