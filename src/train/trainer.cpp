@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -219,8 +220,12 @@ int Trainer::stop_for_signal() {
     save_if_sound(state_.step);
     return kExitUserError;
   }
-  const std::string who = stop_signal() != 0 ? fmt::format("signal {} received", stop_signal())
-                                             : std::string("a stop signal reached another rank");
+  // SIGUSR1 is what launch/strata-mpirun forwards for the user's SIGINT or SIGTERM (and Slurm's
+  // warning before a time limit): named so, not as the number the user never sent.
+  const int sig = stop_signal();
+  const std::string who = sig == SIGUSR1 ? std::string("the launcher's stop signal (SIGUSR1) received")
+                          : sig != 0     ? fmt::format("signal {} received", sig)
+                                         : std::string("a stop signal reached another rank");
   if (abandoned_after_ > 0) {
     log_info("{}: abandoned step {} after {} of {} micro-batches; stopping after step {}", who, state_.step + 1,
              abandoned_after_, cfg_.derived.grad_accum, state_.step);

@@ -43,7 +43,9 @@ std::string Trainer::nonfinite_advice() const {
     advice.push_back("check the model's initialisation (no update was applied before this step)");
   }
   const std::string resume = last_saved_step_ >= 0
-                                 ? fmt::format(", then resume from the checkpoint of step {} (it is finite)",
+                                 ? fmt::format(", then resume from the checkpoint of step {} (it is finite, but "
+                                               "the updates before it may already have diverged: if the losses "
+                                               "after the resume climb again, start from an earlier one)",
                                                last_saved_step_)
                                  : "";
   return fmt::format("{}", fmt::join(advice, "; ")) + resume;

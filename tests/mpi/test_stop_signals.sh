@@ -64,7 +64,7 @@ finish TERM
 tail -n 4 "$WORK/huge.log"
 [ "$RC" -eq 0 ] || fail "launch/strata-mpirun after SIGTERM: exit $RC, expected 0"
 [ "$TOOK" -le 20 ] || fail "the stop took $TOOK s"
-expect_contains "$(cat "$WORK/huge.log")" "signal 10 received: abandoned step 1 after"
+expect_contains "$(cat "$WORK/huge.log")" "the launcher's stop signal (SIGUSR1) received: abandoned step 1 after"
 complete_checkpoint "$WORK/huge" 0
 
 # 2. Plain mpirun with a grace of 3 s, steps of about a second. Open MPI 5's mpirun (PRRTE) has
