@@ -64,7 +64,7 @@ struct OtherName {
 };
 constexpr OtherName kOtherNames[] = {
     {"eval_every", "train.eval_interval"},       {"eval_steps", "train.eval_interval"},
-    {"eval_freq", "train.eval_interval"},        {"eval_iters_interval", "train.eval_interval"},
+    {"eval_freq", "train.eval_interval"},
     {"save_every", "checkpoint.save_interval"},  {"save_steps", "checkpoint.save_interval"},
     {"max_steps", "train.iters"},                {"max_iters", "train.iters"},
     {"train_iters", "train.iters"},              {"num_steps", "train.iters"},

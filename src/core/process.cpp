@@ -4,11 +4,13 @@
 
 #include <mpi.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -52,6 +54,29 @@ std::string exit_note_prefix() {
   const char* dir = std::getenv("STRATA_EXIT_DIR");
   if (!dir || !*dir) return "";
   return std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid()) + ".exit";
+}
+
+namespace {
+char g_signal_exit_note[4096];  // exit_note_prefix() for note_exit_from_signal, or empty
+}  // namespace
+
+void prepare_exit_note_for_signals() {
+  const std::string note = exit_note_prefix();
+  if (note.size() >= sizeof g_signal_exit_note || note == g_signal_exit_note) return;
+  std::memcpy(g_signal_exit_note, note.c_str(), note.size() + 1);
+}
+
+void note_exit_from_signal(int code) {
+  if (g_signal_exit_note[0] == '\0' || code < 0 || code > 999) return;
+  char path[sizeof g_signal_exit_note + 4];
+  size_t n = std::strlen(g_signal_exit_note);
+  std::memcpy(path, g_signal_exit_note, n);
+  if (code >= 100) path[n++] = static_cast<char>('0' + code / 100);
+  if (code >= 10) path[n++] = static_cast<char>('0' + code / 10 % 10);
+  path[n++] = static_cast<char>('0' + code % 10);
+  path[n] = '\0';
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) close(fd);
 }
 
 bool launcher_asked_to_stop() {

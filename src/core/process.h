@@ -22,6 +22,12 @@ void note_failed_exit(int code);
 // The file note_failed_exit writes, without its code: "DIR/rank-R.PID.exit" ("" when
 // STRATA_EXIT_DIR is unset), for a signal handler that can only append the digits.
 std::string exit_note_prefix();
+// The same file from a signal handler, which may not allocate: prepare_exit_note_for_signals()
+// keeps exit_note_prefix() in a static buffer (call it once the rank is known; a call that would
+// change nothing writes nothing, so a handler never reads a path half rewritten), and
+// note_exit_from_signal(code) then creates "prefix" + code with open(2) and close(2) only.
+void prepare_exit_note_for_signals();
+void note_exit_from_signal(int code);  // code 0..999; nothing when no prefix is prepared
 // True when launch/strata-mpirun has been asked to stop the job (its file STRATA_EXIT_DIR/stop,
 // written before it signals the ranks): a rank that mpirun had not started when the signal came
 // never received it.

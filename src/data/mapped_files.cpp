@@ -4,13 +4,11 @@
 #include "data/mapped_files.h"
 
 #include <fmt/core.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -31,9 +29,6 @@ constexpr size_t kEntries = 4096;
 Entry g_entries[kEntries];
 std::mutex g_mutex;
 bool g_installed = false;
-// launch/strata-mpirun's exit file for this rank's exit 2 ("" without the wrapper), set while
-// registering: with it the wrapper ends the job at once instead of after mpirun's kill sequence.
-char g_exit_note[512] = {};
 
 void on_sigbus(int sig, siginfo_t* info, void*) {
   const char* address = static_cast<const char*>(info->si_addr);
@@ -42,10 +37,9 @@ void on_sigbus(int sig, siginfo_t* info, void*) {
     if (begin && address >= begin && address < e.end) {
       ssize_t ignored = ::write(STDERR_FILENO, e.message, e.length);
       (void)ignored;
-      if (g_exit_note[0] != '\0') {
-        const int fd = ::open(g_exit_note, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) ::close(fd);
-      }
+      // launch/strata-mpirun's exit file: the wrapper then ends the job at once, not after
+      // mpirun's kill sequence.
+      note_exit_from_signal(kExitUserError);
       ::_exit(kExitUserError);
     }
   }
@@ -66,9 +60,7 @@ void register_mapped_file(const void* base, size_t bytes, const std::string& pat
     sigaction(SIGBUS, &sa, nullptr);
     g_installed = true;
   }
-  const std::string note = exit_note_prefix();  // the rank is known once shards are opened
-  if (!note.empty() && note.size() + 2 < sizeof g_exit_note)
-    std::snprintf(g_exit_note, sizeof g_exit_note, "%s%d", note.c_str(), kExitUserError);
+  prepare_exit_note_for_signals();  // the rank is known once shards are opened
   for (Entry& e : g_entries) {
     if (e.begin.load(std::memory_order_relaxed)) continue;
     const int rank = process_rank();

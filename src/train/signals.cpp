@@ -2,7 +2,6 @@
 // wrapper by its exit file); from the training loop on, an async-signal-safe flag the loop polls.
 #include "train/signals.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -17,7 +16,6 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 // Prepared before any signal: a handler may only copy bytes and call open, write, close, _exit.
-char g_exit_note[4096];  // "DIR/rank-R.PID.exit", or empty
 char g_setup_message[128];
 size_t g_setup_message_length = 0;
 
@@ -35,17 +33,7 @@ void on_signal(int sig) {
 // (a rank killed by the signal's default action would make mpirun sleep through its kill sequence).
 void on_setup_signal(int sig) {
   const int code = 128 + sig;
-  if (g_exit_note[0] != '\0') {
-    char path[sizeof g_exit_note + 4];
-    const size_t n = std::strlen(g_exit_note);
-    std::memcpy(path, g_exit_note, n);
-    path[n] = static_cast<char>('0' + code / 100);
-    path[n + 1] = static_cast<char>('0' + code / 10 % 10);
-    path[n + 2] = static_cast<char>('0' + code % 10);
-    path[n + 3] = '\0';
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) close(fd);
-  }
+  note_exit_from_signal(code);
   if (g_setup_message_length > 0) {
     const ssize_t ignored = write(STDERR_FILENO, g_setup_message, g_setup_message_length);
     (void)ignored;
@@ -66,9 +54,7 @@ void install(void (*handler)(int)) {
 }  // namespace
 
 void install_setup_signal_handlers() {
-  const std::string note = exit_note_prefix();
-  g_exit_note[0] = '\0';
-  if (note.size() < sizeof g_exit_note) std::memcpy(g_exit_note, note.c_str(), note.size() + 1);
+  prepare_exit_note_for_signals();
   // Rank 0 says why the job ends (every rank would say the same); before MPI is up, the rank the
   // launcher gave in the environment tells.
   bool first = process_rank() <= 0;
