@@ -73,7 +73,7 @@ int report_user_error(const strata::UserError& e, int world_size) {
   // An error every rank raised is reported once; one raised here alone is reported here, and
   // the job ends with it, since the other ranks may be waiting for this one in a collective.
   const bool every_rank = world_size <= 1 || e.raised_on() == strata::RaisedOn::EveryRank;
-  strata::note_failed_exit(strata::kExitUserError);
+  strata::note_exit(strata::kExitUserError);
   if (every_rank && strata::process_rank() > 0) return strata::kExitUserError;
   if (auto* many = dynamic_cast<const strata::UserErrors*>(&e)) {
     log_error("{} problem{} found:", many->errors().size(), many->errors().size() == 1 ? "" : "s");
@@ -324,6 +324,7 @@ int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<stra
   // A run stopped while MPI starts ends at once, as in the rest of its set-up.
   if (c.train->parsed()) strata::install_setup_signal_handlers();
   mpi = std::make_unique<strata::MpiRuntime>(argc, argv);
+  strata::note_rank_started();
   strata::create_start_marker_if_asked(*mpi);
   if (c.plan->parsed()) return strata::run_plan(mpi.get(), c.plan_options);
   if (c.info->parsed()) return strata::run_info(*mpi, c.info_options);
@@ -348,7 +349,7 @@ int main(int argc, char** argv) {
   add_commands(app, commands);
   if (const std::string unknown = unknown_subcommand(app, argc, argv); !unknown.empty()) {
     log_error("{}", unknown);
-    strata::note_failed_exit(strata::kExitUserError);
+    strata::note_exit(strata::kExitUserError);
     return strata::kExitUserError;
   }
   try {
@@ -360,21 +361,21 @@ int main(int argc, char** argv) {
       std::fputs("hint: quote a glob given to --input (--input 'shards/train_*.bin'), so that strata expands it, "
                  "not the shell\n",
                  stderr);
-    if (rc != 0) strata::note_failed_exit(strata::kExitUserError);
+    strata::note_exit(rc == 0 ? 0 : strata::kExitUserError);
     return rc == 0 ? 0 : strata::kExitUserError;
   }
 
   std::unique_ptr<strata::MpiRuntime> mpi;
   try {
     const int rc = run_command(commands, &argc, &argv, mpi);
-    strata::note_failed_exit(rc);  // e.g. 1: stopped for non-finite values
+    strata::note_exit(rc);  // e.g. 1: stopped for non-finite values
     return rc;
   } catch (const strata::UserError& e) {
     return report_user_error(e, mpi ? mpi->world_size() : 1);
   } catch (const std::exception& e) {
     log_error("internal error: {}", e.what());
     if (mpi && mpi->world_size() > 1) strata::abort_job(strata::kExitInternalError);
-    strata::note_failed_exit(strata::kExitInternalError);
+    strata::note_exit(strata::kExitInternalError);
     return strata::kExitInternalError;
   }
 }

@@ -66,6 +66,7 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
       log_error("MPI_Abort has not ended the job after {:.0f} s (a lost node can keep it waiting): ending this process",
                 inside_mpi);
       log_flush();
+      note_exit(kExitDeviceFailure);
       _exit(kExitDeviceFailure);
     }
     // The op stays alive while it is watched: its wait cannot end without this lock.
@@ -75,6 +76,7 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
         "STRATA_COMM_TIMEOUT_S={:g} s)",
         waited, w.pending.empty() ? w.op->describe() : w.pending, inside_mpi, w.limit_seconds);
     log_flush();
+    note_exit(kExitDeviceFailure);
     _exit(kExitDeviceFailure);
   }
 }

@@ -34,20 +34,32 @@ bool mpi_is_initialized() {
 
 void abort_job(int code) {
   log_flush();  // the message that explains the abort
-  note_failed_exit(code);
+  note_exit(code);
   if (mpi_is_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();
 }
 
-void note_failed_exit(int code) {
-  // A device or communication failure may be a lost node: mpirun's own sequence then runs, and
-  // reports the node (the wrapper killing mpirun early could cut the ranks' last output short).
-  if (code == 0 || code == kExitDeviceFailure) return;
+void note_exit(int code) {
   const std::string prefix = exit_note_prefix();
   if (prefix.empty()) return;
   // Best effort: without the file the wrapper waits for mpirun, as plain mpirun does.
   const std::string path = prefix + std::to_string(code);
   if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
+}
+
+void note_rank_started() {
+  const char* dir = std::getenv("STRATA_EXIT_DIR");
+  if (!dir || !*dir) return;
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return;  // the wrapper could not tell its node's ranks
+  const std::string path =
+      std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid()) + ".started";
+  // Renamed into place: the wrapper never reads it half written.
+  const std::string partial = path + ".partial";
+  std::FILE* f = std::fopen(partial.c_str(), "w");
+  if (!f) return;
+  const bool written = std::fprintf(f, "%s\n", host) > 0;
+  if (std::fclose(f) == 0 && written) std::rename(partial.c_str(), path.c_str());
 }
 
 std::string exit_note_prefix() {

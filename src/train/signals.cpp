@@ -23,6 +23,7 @@ void on_signal(int sig) {
   if (g_stop_signal != 0) {
     // A closed terminal hangs up twice (the kernel's SIGHUP and the shell's): that is no insisting.
     if (sig == SIGHUP) return;
+    note_exit_from_signal(128 + sig);
     _exit(128 + sig);  // second signal: the user insists
   }
   g_stop_signal = sig;

@@ -7,7 +7,7 @@
 namespace strata {
 
 // Until the training loop starts: a stop signal ends the process at once with 128 + signal,
-// after leaving note_failed_exit's file (so launch/strata-mpirun ends mpirun without its kill
+// after leaving note_exit's file (so launch/strata-mpirun ends mpirun without its kill
 // sequence) and, on rank 0, a line saying so.
 void install_setup_signal_handlers();
 // From the loop on. A stop the launch wrapper was asked for before this rank could receive its

@@ -18,17 +18,25 @@ start_job() {
   cat "$log"; fail "job did not print '${START_MARKER:-comm-check:}' within 30 s"
 }
 
-# rank_pid R: the process of world rank R: a child of mpirun whose environment says so
-# (read from /proc directly, so no procps tools are needed).
+# parent_of PID: sets PARENT to its parent's process id, read from /proc directly (no procps tools
+# needed, and no subshell: rank_pid reads every process's).
+parent_of() {
+  local stat
+  PARENT=""
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  stat="${stat##*) }"  # after the command name: "STATE PPID ..."
+  stat="${stat#* }"
+  PARENT="${stat%% *}"
+}
+
+# rank_pid R: the process of world rank R: a child of mpirun (or, when the job is
+# launch/strata-mpirun, of its mpirun) whose environment says so.
 rank_pid() {
-  local dir pid stat ppid
+  local dir pid
   for dir in /proc/[0-9]*; do
     pid="${dir#/proc/}"
-    stat="$(cat "$dir/stat" 2>/dev/null)" || continue
-    ppid="${stat##*) }"        # after the command name: "STATE PPID ..."
-    ppid="${ppid#* }"
-    ppid="${ppid%% *}"
-    [ "$ppid" = "$JOB_PID" ] || continue
+    parent_of "$pid" || continue
+    [ "$PARENT" = "$JOB_PID" ] || { parent_of "$PARENT" && [ "$PARENT" = "$JOB_PID" ]; } || continue
     if tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
       echo "$pid"
       return 0
