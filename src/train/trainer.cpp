@@ -249,7 +249,7 @@ int Trainer::run() {
   try {
     return run_loop();
   } catch (const RunFault& fault) {
-    log_error("{}", fault.what());
+    if (mpi_.world_rank() == 0) log_error("{}", fault.what());
     return kExitInternalError;
   }
 }

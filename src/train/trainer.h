@@ -86,7 +86,7 @@ inline bool memory_checked(const MpiRuntime& mpi, const Config& cfg, const Train
 }
 
 // A fault of the run that the trainer reports with a complete message and ends with exit 1,
-// saving nothing.
+// saving nothing. Every rank meets it together (its finding is collective), so rank 0 alone says it.
 class RunFault : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -67,13 +67,15 @@ bool Trainer::count_nonfinite(const StepMetrics& m) {
   metrics_.write({{"type", "nonfinite"}, {"step", m.step}, {"loss", m.loss}, {"grad_norm", m.grad_norm},
                   {"in_a_row", nonfinite_in_a_row_}});
   if (nonfinite_in_a_row_ <= limit) return true;
-  const std::string where = engine_.first_nonfinite_gradient();
-  log_error("stopping at step {}: {} in a row had a non-finite gradient (more than train.max_nonfinite_steps "
-            "{}); the last: loss {}, gradient norm {}, first parameter with a non-finite gradient: {}. Nothing was "
-            "saved from {}. To go on, {}",
-            m.step, nonfinite_in_a_row_ == 1 ? "1 step" : fmt::format("{} steps", nonfinite_in_a_row_), limit,
-            value_text(m.loss), value_text(m.grad_norm), where.empty() ? "none (the loss)" : where,
-            nonfinite_in_a_row_ == 1 ? "it" : "them", nonfinite_advice());
+  const std::string where = engine_.first_nonfinite_gradient();  // collective: every rank agrees
+  if (mpi_.world_rank() == 0) {
+    log_error("stopping at step {}: {} in a row had a non-finite gradient (more than train.max_nonfinite_steps "
+              "{}); the last: loss {}, gradient norm {}, first parameter with a non-finite gradient: {}. Nothing "
+              "was saved from {}. To go on, {}",
+              m.step, nonfinite_in_a_row_ == 1 ? "1 step" : fmt::format("{} steps", nonfinite_in_a_row_), limit,
+              value_text(m.loss), value_text(m.grad_norm), where.empty() ? "none (the loss)" : where,
+              nonfinite_in_a_row_ == 1 ? "it" : "them", nonfinite_advice());
+  }
   metrics_.write({{"type", "stop"}, {"reason", "nonfinite"}, {"step", m.step}, {"loss", m.loss},
                   {"grad_norm", m.grad_norm}, {"parameter", where}});
   return false;

@@ -119,6 +119,12 @@ run_expect 1 env -u STRATA_STOP_GRACE_S TMPDIR="$WORK/tmp" "$LAUNCH" "${MPI_FLAG
   --set checkpoint.dir= --set logging.sample_interval=0
 took=$((SECONDS - t0))
 expect_contains "$OUT" "had a non-finite gradient"
+# The ranks agree on the stop and on the parameter they name: the error is said once, not per rank.
+[ "$(grep -c "had a non-finite gradient" <<<"$OUT")" -eq 1 ] || fail "the non-finite stop was reported more than once"
+run_expect 1 "$MPIRUN" "${MPI_FLAGS[@]}" -np 2 "$STRATA" train --config "$WORK/sample.yaml" \
+  --set optimizer.params.lr=3e38 --set train.iters=3 --set checkpoint.dir="$WORK/inf" --set checkpoint.save_interval=1 \
+  --set logging.sample_interval=0
+[ "$(grep -c "holds a non-finite value" <<<"$OUT")" -eq 1 ] || { echo "$OUT"; fail "a non-finite state was not reported once"; }
 [ "$took" -le 15 ] || fail "a non-finite stop under launch/strata-mpirun took $took s to return"
 [ -z "$(ls -A "$WORK/tmp")" ] || fail "the wrapper left $(ls -A "$WORK/tmp") behind"
 
