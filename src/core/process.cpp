@@ -52,13 +52,16 @@ void note_rank_started() {
   if (!dir || !*dir) return;
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) return;  // the wrapper could not tell its node's ranks
+  // With the PID namespace: a rank in a container of its own has a PID the wrapper cannot look up.
+  char pid_namespace[256] = {};
+  if (readlink("/proc/self/ns/pid", pid_namespace, sizeof pid_namespace - 1) < 0) pid_namespace[0] = '\0';
   const std::string path =
       std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid()) + ".started";
   // Renamed into place: the wrapper never reads it half written.
   const std::string partial = path + ".partial";
   std::FILE* f = std::fopen(partial.c_str(), "w");
   if (!f) return;
-  const bool written = std::fprintf(f, "%s\n", host) > 0;
+  const bool written = std::fprintf(f, "%s %s\n", host, pid_namespace) > 0;
   if (std::fclose(f) == 0 && written) std::rename(partial.c_str(), path.c_str());
 }
 

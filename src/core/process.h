@@ -17,7 +17,8 @@ bool mpi_is_initialized();
 // set (nothing otherwise). Open MPI's mpirun sleeps through its whole kill sequence (twice the
 // wrapper's grace) after a rank exits non-zero or dies, though nothing is left to save; the
 // wrapper ends it once the ranks have gone, with the code they noted.
-// note_rank_started(): "DIR/rank-R.PID.started" holding this host's name, once the rank is known:
+// note_rank_started(): "DIR/rank-R.PID.started" holding this host's name and PID namespace (the
+// wrapper looks up only the ranks it can see), once the rank is known:
 // a started rank of the wrapper's node that is gone without an exit file was killed outright
 // (the kernel's out-of-memory killer) or crashed.
 void note_rank_started();
