@@ -463,7 +463,15 @@ void MapReader::finish(const std::map<std::string, std::string>& hints) {
       log_->add(key_path(e.first), "unknown key here; did you mean " + elsewhere + "?");
       continue;
     }
-    const std::string guess = closest_match(e.first, known_);
+    // A misspelled DeepSpeed section or key here (elasticitty) is as likely as one of strata's.
+    std::vector<std::string> candidates = known_;
+    for (const DeepSpeedKey& ds : deepspeed_keys()) {
+      const std::string path = ds.path;
+      const std::string name = path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1);
+      if (key_path(name) == path && std::find(candidates.begin(), candidates.end(), name) == candidates.end())
+        candidates.push_back(name);
+    }
+    const std::string guess = closest_match(e.first, candidates);
     if (!guess.empty()) {
       log_->add(key_path(e.first), "unknown key; did you mean " + guess + "?");
     } else {

@@ -304,8 +304,12 @@ const DeepSpeedKey kListed[] = {
      "not implemented; ignoring it would train differently"},
     {"quantize_training", kWhenEnabled, "MoQ: quantization-aware training.",
      "not implemented; ignoring it would train differently"},
-    {"eigenvalue", kWhenEnabled, "Eigenvalue computation for MoQ's schedule.", "not implemented"},
-    {"hybrid_engine", kWhenEnabled, "DeepSpeed-Chat's RLHF inference/training engine.", "not implemented"},
+    {"eigenvalue", kWhenEnabled, "Eigenvalue computation for MoQ's schedule.",
+     "not implemented (it serves MoQ's quantize_training, which strata does not have either). Remove the section "
+     "or set enabled: false"},
+    {"hybrid_engine", kWhenEnabled, "DeepSpeed-Chat's RLHF inference/training engine.",
+     "not implemented: strata trains with its own engine and has no generation-time inference engine. Remove the "
+     "section or set enabled: false"},
     {"nebula", kWhenEnabled, "Azure Nebula asynchronous checkpointing service.",
      "not available; strata writes its own checkpoints"},
     {"aio", kAccepted, "Asynchronous I/O (block_size, queue_depth, thread_count, single_submit, overlap_events, "

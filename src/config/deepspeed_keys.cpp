@@ -13,23 +13,34 @@ namespace strata {
 namespace config_detail {
 namespace {
 
-bool truthy(const YAML::Node& node) {
-  return node.IsScalar() && lower(node.Scalar()) == "true";
+// An `enabled` switch is off only when it says so (false, 0, no, off, null): DeepSpeed reads 1
+// or "yes" as on, and a run that quietly left such a feature out would not be the one asked for.
+bool switched_off(const YAML::Node& node) {
+  if (node.IsNull()) return true;
+  if (!node.IsScalar()) return false;
+  const std::string word = lower(node.Scalar());
+  return word.empty() || word == "false" || word == "0" || word == "no" || word == "off" || word == "null" ||
+         word == "~";
 }
 
-// True when anything in the section is switched on: an `enabled: true` at any depth.
-bool enabled_inside(const YAML::Node& node) {
+// The first `enabled` switch in the section that is on, as "data_sampling.enabled is 1" ("enabled
+// is true" at the top), or "" when none is.
+std::string enabled_inside(const YAML::Node& node, const std::string& at = "") {
   if (node.IsMap()) {
     for (const auto& item : node) {
-      if (item.first.IsScalar() && item.first.Scalar() == "enabled" && truthy(item.second)) return true;
-      if (enabled_inside(item.second)) return true;
+      const std::string key = item.first.IsScalar() ? item.first.Scalar() : "";
+      const std::string path = at.empty() ? key : at + "." + key;
+      if (key == "enabled" && !switched_off(item.second)) return path + " is " + short_value(item.second);
+      if (std::string inner = enabled_inside(item.second, path); !inner.empty()) return inner;
     }
   } else if (node.IsSequence()) {
+    int index = 0;
     for (const auto& item : node) {
-      if (enabled_inside(item)) return true;
+      const std::string path = fmt::format("{}[{}]", at, index++);
+      if (std::string inner = enabled_inside(item, path); !inner.empty()) return inner;
     }
   }
-  return false;
+  return "";
 }
 
 // The value equals `neutral` or one of its '|'-separated spellings: booleans and words in any
@@ -128,8 +139,12 @@ DsDecision decide_deepspeed_key(const DeepSpeedKey& key, const YAML::Node& value
         return {DsDecision::Accepted, fmt::format("{} is what strata does", short_value(value))};
       return {DsDecision::Refused, fmt::format("{} (only {} is accepted)", key.strata, spellings(key.neutral))};
     case DsTreatment::RefusedWhenEnabled:
-      if (!enabled_inside(value)) return {DsDecision::Disabled, "nothing in it is enabled"};
-      return {DsDecision::Refused, key.strata};
+      if (const std::string on = enabled_inside(value); !on.empty()) {
+        // Which switch is on, when it is not the section's own (that may already say false).
+        if (on.rfind("enabled is ", 0) == 0) return {DsDecision::Refused, key.strata};
+        return {DsDecision::Refused, fmt::format("{}: {}", on, key.strata)};
+      }
+      return {DsDecision::Disabled, "nothing in it is enabled"};
     case DsTreatment::Refused: return {DsDecision::Refused, key.strata};
   }
   return {DsDecision::Refused, key.strata};

@@ -35,8 +35,10 @@ std::string Trainer::nonfinite_advice() const {
       advice.push_back(
           fmt::format("fp16.loss_scale {:g} is fixed: 0 lets the scale fall when gradients overflow", fp16.loss_scale));
     } else if (engine_.loss_scale() <= fp16.min_loss_scale) {
-      advice.push_back(
-          fmt::format("fp16 overflowed even at its lowest loss scale (fp16.min_loss_scale {:g})", fp16.min_loss_scale));
+      advice.push_back(fmt::format("fp16 overflowed even at its lowest loss scale (fp16.min_loss_scale {}){}",
+                                   fp16.min_loss_scale,
+                                   fp16.min_loss_scale > 1.0 ? ": a lower min_loss_scale lets the scale fall further"
+                                                             : ""));
     }
     advice.push_back("bf16.enabled: true has fp32's range");
   } else if (advice.empty()) {

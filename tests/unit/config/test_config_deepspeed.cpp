@@ -110,7 +110,7 @@ TEST_CASE("deepspeed keys: each key not implemented is accepted with a note or r
         REQUIRE(note_of(c, key.path) != nullptr);
         CHECK(note_of(c, key.path)->treatment == "disabled");
         const auto p = problems(base + nested(key.path, "{nested: {enabled: true}}") + "\n");
-        CHECK(p == std::vector<std::string>{key.path + std::string(": ") + key.strata});
+        CHECK(p == std::vector<std::string>{key.path + std::string(": nested.enabled is true: ") + key.strata});
         break;
       }
       case DsTreatment::Refused: {
@@ -249,4 +249,26 @@ TEST_CASE("deepspeed keys: communication_data_type takes fp32, fp16 or bf16 in a
   CHECK(problems(kTinyConfig, {"communication_data_type=float16"}) ==
         std::vector<std::string>{"communication_data_type: 'float16' is not supported; supported: fp32, fp16, bf16 "
                                  "(set by --set communication_data_type)"});
+}
+
+TEST_CASE("deepspeed keys: a feature's switch is off only when it says so, and the one that is on is named") {
+  // DeepSpeed reads 1 or "yes" as on: such a section is refused, not taken as disabled.
+  for (const char* on : {"1", "yes", "on", "'1'"}) {
+    const std::vector<std::string> found =
+        problems(std::string(kTinyConfig) + "curriculum_learning: {enabled: " + on + "}\n");
+    INFO(on);
+    REQUIRE(found.size() == 1);
+    CHECK(found[0].rfind("curriculum_learning: ", 0) == 0);
+  }
+  for (const char* off : {"false", "0", "no", "off", "null"}) {
+    INFO(off);
+    CHECK(problems(std::string(kTinyConfig) + "curriculum_learning: {enabled: " + off + "}\n").empty());
+  }
+  const std::vector<std::string> nested =
+      problems(std::string(kTinyConfig) + "data_efficiency: {enabled: false, data_sampling: {enabled: true}}\n");
+  REQUIRE(nested.size() == 1);
+  CHECK(nested[0].rfind("data_efficiency: data_sampling.enabled is true: changes which tokens", 0) == 0);
+  // A misspelled DeepSpeed section gets a suggestion as strata's own keys do.
+  CHECK(problems(std::string(kTinyConfig) + "elasticitty: {enabled: false}\n") ==
+        std::vector<std::string>{"elasticitty: unknown key; did you mean elasticity?"});
 }
