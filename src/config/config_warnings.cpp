@@ -18,11 +18,17 @@ void schedule_warnings(const Config& cfg, std::vector<std::string>& out) {
   const SchedulerParams& q = s.params;
   if (s.type == LrScheduleType::Constant) return;
   const int64_t iters = cfg.train.iters, warmup = std::max<int64_t>(2, q.warmup_num_steps);
-  if (q.warmup_num_steps > iters) {
-    out.push_back(fmt::format("scheduler.params.warmup_num_steps {} is above train.iters {}: the run ends in the "
-                              "warmup, below the peak learning rate ({})",
-                              q.warmup_num_steps, iters,
-                              s.type == LrScheduleType::WarmupCosineLR ? "optimizer.params.lr" : "warmup_max_lr"));
+  // Step k uses the schedule's iteration k − 2 (step 1 runs at the value DeepSpeed sets before its
+  // first step() call). The log warmup reaches the peak at iteration W − 1; the linear one ends at
+  // (W − 1)/W of the way and reaches it at iteration W.
+  const int64_t peak_step = q.warmup_type == WarmupType::Log ? warmup + 1 : warmup + 2;
+  if (iters < peak_step) {
+    out.push_back(fmt::format("scheduler.params.warmup_num_steps {}: the {} warmup reaches the peak learning rate "
+                              "({}) at step {} (step k takes the schedule's value at iteration k - 2, as DeepSpeed "
+                              "does), after train.iters {}: the run ends in the warmup, below the peak",
+                              q.warmup_num_steps, q.warmup_type == WarmupType::Log ? "log" : "linear",
+                              s.type == LrScheduleType::WarmupCosineLR ? "optimizer.params.lr" : "warmup_max_lr",
+                              peak_step, iters));
   }
   if (!q.total_num_steps) return;
   const int64_t total = *q.total_num_steps;
@@ -64,11 +70,34 @@ void layout_warnings(const Config& cfg, std::vector<std::string>& out) {
   }
   if (p == 1 && cfg.parallelism.pipeline.schedule == PipeSchedule::GPipe)
     out.push_back("parallelism.pipeline.schedule gpipe changes nothing at pipeline_model_parallel_size 1");
+  if (p == 1 && cfg.parallelism.pipeline.partition != PipelinePartition::Uniform)
+    out.push_back("parallelism.pipeline.partition changes nothing at pipeline_model_parallel_size 1 (one stage holds "
+                  "every layer)");
   const ZeroConfig& z = cfg.zero_optimization;
   if (d.dp_size == 1 && z.stage >= 1 && z.offload_optimizer.device == OffloadDevice::None)
     out.push_back(fmt::format("zero_optimization.stage {} partitions over a data-parallel size of 1: it saves no "
                               "memory and adds its collectives over one rank (stage 0 trains the same model without them)",
                               z.stage));
+}
+
+// Settings of a report or a save that the config never makes: their switch is off.
+void idle_setting_warnings(const Config& cfg, std::vector<std::string>& out) {
+  const auto idle = [&](const std::string& setting, const char* needs) {
+    out.push_back(fmt::format("{} changes nothing while {}", setting, needs));
+  };
+  if (cfg.checkpoint.dir.empty()) {
+    if (cfg.checkpoint.keep_last != CheckpointConfig{}.keep_last)
+      idle(fmt::format("checkpoint.keep_last {}", cfg.checkpoint.keep_last), "checkpoint.dir is empty (no saves)");
+    if (cfg.checkpoint.overwrite) idle("checkpoint.overwrite true", "checkpoint.dir is empty (no saves)");
+  }
+  if (cfg.logging.sample_interval == 0) {
+    const char* needs = "logging.sample_interval is 0 (no samples)";
+    if (!cfg.logging.sample_prompt.empty()) idle("logging.sample_prompt", needs);
+    if (cfg.logging.sample_tokens != LoggingConfig{}.sample_tokens)
+      idle(fmt::format("logging.sample_tokens {}", cfg.logging.sample_tokens), needs);
+  }
+  if (cfg.train.eval_interval == 0 && cfg.train.eval_iters != TrainConfig{}.eval_iters)
+    idle(fmt::format("train.eval_iters {}", cfg.train.eval_iters), "train.eval_interval is 0 (no evaluation)");
 }
 
 }  // namespace
@@ -77,6 +106,7 @@ std::vector<std::string> config_warnings(const Config& cfg) {
   std::vector<std::string> out;
   schedule_warnings(cfg, out);
   layout_warnings(cfg, out);
+  idle_setting_warnings(cfg, out);
   return out;
 }
 

@@ -89,6 +89,32 @@ void Trainer::load_pretrained() {
   log_info("initialised weights from {} (HuggingFace GPT-2; fresh optimizer state)", dir);
 }
 
+namespace {
+
+// "\n  PATH, PATH: REASON" per reason of the skipped checkpoints (in the order tried): a changed
+// config fails every checkpoint of the run alike.
+std::string grouped_reasons(const nlohmann::json& skipped) {
+  std::string reasons, paths, why;
+  const auto flush = [&] {
+    if (!paths.empty()) reasons += "\n  " + paths + ": " + why;
+  };
+  for (const auto& s : skipped) {
+    const std::string& reason = s["reason"].get_ref<const std::string&>();
+    const std::string& where = s["path"].get_ref<const std::string&>();
+    if (reason == why && !paths.empty()) {
+      paths += ", " + where;
+      continue;
+    }
+    flush();
+    paths = where;
+    why = reason;
+  }
+  flush();
+  return reasons;
+}
+
+}  // namespace
+
 // checkpoint.resume: auto. The newest checkpoint that loads whole (manifest, sizes, checksums of
 // what every rank reads) and holds a finite state wins; a damaged newer one is skipped with a
 // loud warning (and a JSONL record), so that a requeued job goes on rather than failing for
@@ -98,9 +124,15 @@ bool Trainer::resume_newest_sound(std::string* path) {
   if (dir.empty()) return false;
   std::vector<std::string> candidates;
   nlohmann::json skipped = nlohmann::json::array();
-  const auto skip = [&](const std::string& where, const std::string& why) {
+  std::string last_why;  // a config change fails every checkpoint of the run alike: said once
+  const auto skip = [&](const std::string& where, std::string why) {
+    // The reader's message names the checkpoint again ("checkpoint.resume: DIR: ..."): said once.
+    const std::string prefix = "checkpoint.resume: " + where + ": ";
+    if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
     skipped.push_back({{"path", where}, {"reason", why}});
-    if (mpi_.world_rank() == 0) log_warn("checkpoint.resume auto: skipping {}: {}", where, why);
+    if (mpi_.world_rank() == 0)
+      log_warn("checkpoint.resume auto: skipping {}: {}", where, why == last_why ? "the same" : why);
+    last_why = why;
   };
   int64_t below = INT64_MAX;
   try {
@@ -147,8 +179,7 @@ bool Trainer::resume_newest_sound(std::string* path) {
     return true;
   }
   if (!candidates.empty()) {
-    std::string reasons;
-    for (const auto& s : skipped) reasons += "\n  " + s["path"].get<std::string>() + ": " + s["reason"].get<std::string>();
+    const std::string reasons = grouped_reasons(skipped);
     throw UserError(fmt::format("checkpoint.resume auto: no checkpoint in {} loads whole and finite with this "
                                 "config:{}\nchange the config where they say it differs, repair one and name it in "
                                 "checkpoint.resume, or start over (checkpoint.resume: none with "

@@ -141,4 +141,13 @@ echo "junk" > "$WORK/rewind/latest"
 run_expect 0 "$STRATA" train --config "$WORK/rewind.yaml" --set train.iters=6
 expect_contains "$OUT" "resumed from $WORK/rewind/step_00000005 at step 5"
 echo "rewind: steps 4 and 6 of the left line moved to abandoned/; the new line resumed at its step 5"
+
+# A changed model fails every checkpoint of the run alike: resume: auto says the reason once and
+# names the checkpoints it stopped on one line, not the same text per checkpoint.
+run_expect 2 "$STRATA" train --config "$WORK/rewind.yaml" --set train.iters=8 --set model.n_layer=3
+expect_contains "$OUT" "skipping $WORK/rewind/step_00000006: the checkpoint's model has n_layer 2 but the config asks for 3"
+expect_contains "$OUT" "skipping $WORK/rewind/step_00000005: the same"
+expect_contains "$OUT" "skipping $WORK/rewind/step_00000004: the same"
+expect_contains "$OUT" "  $WORK/rewind/step_00000006, $WORK/rewind/step_00000005, $WORK/rewind/step_00000004: the checkpoint's"
+[ "$(grep -c "but the config asks for 3" <<<"$OUT")" -eq 2 ] || fail "the mismatch was said more than twice: $OUT"
 echo ok

@@ -24,7 +24,8 @@ TEST_CASE("a schedule that ends with the run, or a constant rate, warns of nothi
   CHECK(warnings_for({"train.iters=50", "scheduler.type=WarmupDecayLR", "scheduler.params.total_num_steps=100",
                       "scheduler.params.warmup_num_steps=10"})
             .empty());
-  CHECK(warnings_for({"train.iters=10", "scheduler.type=WarmupLR", "scheduler.params.warmup_num_steps=10"}).empty());
+  // The log warmup of 10 steps peaks at step 11 (iteration 9).
+  CHECK(warnings_for({"train.iters=11", "scheduler.type=WarmupLR", "scheduler.params.warmup_num_steps=10"}).empty());
 }
 
 TEST_CASE("WarmupCosineLR past total_num_steps is said to climb back") {
@@ -47,13 +48,14 @@ TEST_CASE("WarmupDecayLR past total_num_steps, or not longer than its warmup, is
                     "scheduler.params.warmup_num_steps=10", "scheduler.params.warmup_min_lr=1e-5"});
   REQUIRE(w.size() == 1);
   CHECK(w[0].find("holds warmup_min_lr 1e-05 after 200 updates; set") != std::string::npos);
-  // total == warmup: the decay has no length.
+  // total == warmup: the decay has no length (and a run of 20 steps ends in that warmup: step 20
+  // takes iteration 18).
   w = warnings_for({"train.iters=20", "scheduler.type=WarmupDecayLR", "scheduler.params.total_num_steps=20",
                     "scheduler.params.warmup_num_steps=20"});
-  REQUIRE(w.size() == 1);
-  CHECK(w[0] == "scheduler.params.total_num_steps 20 is not above the warmup length 20: WarmupDecayLR drops from "
+  REQUIRE(w.size() == 2);
+  CHECK(w[1] == "scheduler.params.total_num_steps 20 is not above the warmup length 20: WarmupDecayLR drops from "
                 "warmup_max_lr to warmup_min_lr 0 when the warmup ends, with no decay between");
-  CHECK(warnings_for({"train.iters=20", "scheduler.type=WarmupDecayLR", "scheduler.params.total_num_steps=21",
+  CHECK(warnings_for({"train.iters=21", "scheduler.type=WarmupDecayLR", "scheduler.params.total_num_steps=21",
                       "scheduler.params.warmup_num_steps=20"})
             .empty());
 }
@@ -61,8 +63,22 @@ TEST_CASE("WarmupDecayLR past total_num_steps, or not longer than its warmup, is
 TEST_CASE("a run that ends inside the warmup is said to stay below the peak") {
   auto w = warnings_for({"train.iters=20", "scheduler.type=WarmupLR"});  // warmup_num_steps defaults to 1000
   REQUIRE(w.size() == 1);
-  CHECK(w[0] == "scheduler.params.warmup_num_steps 1000 is above train.iters 20: the run ends in the warmup, below "
-                "the peak learning rate (warmup_max_lr)");
+  CHECK(w[0] == "scheduler.params.warmup_num_steps 1000: the log warmup reaches the peak learning rate "
+                "(warmup_max_lr) at step 1001 (step k takes the schedule's value at iteration k - 2, as DeepSpeed "
+                "does), after train.iters 20: the run ends in the warmup, below the peak");
+  // At the edge: the linear warmup of W steps peaks at step W + 2 (iteration W), the log one at
+  // step W + 1 (iteration W - 1, log(W) / log(W)).
+  const std::vector<std::string> linear = {"scheduler.type=WarmupLR", "scheduler.params.warmup_num_steps=12",
+                                           "scheduler.params.warmup_type=linear"};
+  const auto with = [](std::vector<std::string> overrides, const std::string& extra) {
+    overrides.push_back(extra);
+    return warnings_for(overrides);
+  };
+  CHECK(with(linear, "train.iters=13").size() == 1);
+  CHECK(with(linear, "train.iters=14").empty());
+  const std::vector<std::string> log_curve = {"scheduler.type=WarmupLR", "scheduler.params.warmup_num_steps=12"};
+  CHECK(with(log_curve, "train.iters=12").size() == 1);
+  CHECK(with(log_curve, "train.iters=13").empty());
   w = warnings_for({"train.iters=20", "scheduler.type=WarmupCosineLR", "scheduler.params.total_num_steps=100",
                     "scheduler.params.warmup_num_steps=50"});
   REQUIRE(w.size() == 1);
@@ -96,4 +112,24 @@ TEST_CASE("layouts that idle their pipeline or set what the layout leaves idle a
                 "collectives over one rank (stage 0 trains the same model without them)");
   CHECK(at(2, {"zero_optimization.stage=2"}).empty());
   CHECK(at(1, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu"}).empty());
+}
+
+TEST_CASE("settings whose switch is off are said to change nothing") {
+  auto w = warnings_for({"checkpoint.keep_last=3", "checkpoint.overwrite=true"});
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == "checkpoint.keep_last 3 changes nothing while checkpoint.dir is empty (no saves)");
+  CHECK(w[1] == "checkpoint.overwrite true changes nothing while checkpoint.dir is empty (no saves)");
+  CHECK(warnings_for({"checkpoint.keep_last=3", "checkpoint.overwrite=true", "checkpoint.dir=ck"}).empty());
+  w = warnings_for({"logging.sample_prompt=Once", "logging.sample_tokens=50", "train.eval_iters=5"});
+  REQUIRE(w.size() == 3);
+  CHECK(w[0] == "logging.sample_prompt changes nothing while logging.sample_interval is 0 (no samples)");
+  CHECK(w[1] == "logging.sample_tokens 50 changes nothing while logging.sample_interval is 0 (no samples)");
+  CHECK(w[2] == "train.eval_iters 5 changes nothing while train.eval_interval is 0 (no evaluation)");
+  CHECK(warnings_for({"logging.sample_prompt=Once", "logging.sample_tokens=50", "logging.sample_interval=10",
+                      "train.eval_iters=5", "train.eval_interval=10", "data.val=x_*.bin"})
+            .empty());
+  w = warnings_for({"parallelism.pipeline.partition=parameters"});
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == "parallelism.pipeline.partition changes nothing at pipeline_model_parallel_size 1 (one stage holds "
+                "every layer)");
 }
