@@ -229,12 +229,23 @@ void MapReader::read(const std::string& key, bool& out) {
   }
 }
 
+namespace {
+// The message for a value parse_int64 refused: a run of digits is an integer too large to hold.
+std::string not_an_int64(const std::string& text) {
+  const size_t digits = text.find_first_not_of("+-") == std::string::npos ? 0 : text.find_first_not_of("+-");
+  const bool integer = digits <= 1 && digits < text.size() &&
+                       text.find_first_not_of("0123456789", digits) == std::string::npos;
+  if (integer) return "got " + text + ", beyond a 64-bit integer (at most 9223372036854775807)";
+  return "expected an integer, got " + quoted(text);
+}
+}  // namespace
+
 void MapReader::read(const std::string& key, int64_t& out) {
   const YAML::Node* node = scalar(key, "an integer");
   if (node == nullptr) return;
   int64_t v = 0;
   if (!parse_int64(node->Scalar(), v)) {
-    log_->add(key_path(key), "expected an integer, got " + quoted(node->Scalar()));
+    log_->add(key_path(key), not_an_int64(node->Scalar()));
     return;
   }
   out = v;
@@ -245,17 +256,15 @@ void MapReader::read(const std::string& key, int& out) {
   const YAML::Node* node = scalar(key, "an integer");
   if (node == nullptr) return;
   if (!parse_int64(node->Scalar(), v)) {
-    log_->add(key_path(key), "expected an integer, got " + quoted(node->Scalar()));
+    log_->add(key_path(key), not_an_int64(node->Scalar()));
     return;
   }
   // The field's own bound (≥ 1 for most) is checked later; here only what an int holds, said
-  // from the side that was passed.
-  if (v > INT_MAX) {
-    log_->add(key_path(key), fmt::format("must be at most {}, got {}", INT_MAX, v));
-    return;
-  }
-  if (v < INT_MIN) {
-    log_->add(key_path(key), fmt::format("must be at least {}, got {}", INT_MIN, v));
+  // from the side that was passed, and not as the key's range (which may be narrower).
+  if (v > INT_MAX || v < INT_MIN) {
+    log_->add(key_path(key), fmt::format("got {}, beyond what this key can hold ({} to {}; its own range may be "
+                                         "narrower)",
+                                         v, INT_MIN, INT_MAX));
     return;
   }
   out = static_cast<int>(v);

@@ -39,6 +39,8 @@ std::string printable_text(std::string_view text) {
       out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i]));
     } else if (control) {
       out += fmt::format("\\u{:04x}", code);  // C1 control: U+0080-U+009F
+    } else if (code == '\\') {
+      out += "\\\\";  // doubled, so that a backslash the model wrote never reads as an escape
     } else {
       out.append(text, i, n);
     }

@@ -295,7 +295,8 @@ std::string byte_decode(const int32_t* tokens, size_t n);
 // Decoded text as it may be printed to a terminal: a byte-level model emits any bytes, and
 // control codes (ESC, BEL, CSI, a carriage return) would drive the terminal. Control characters
 // other than newline and tab, C1 controls and bytes that are not UTF-8 are written as \xNN
-// (\u00NN for a C1 control); everything else, any script, as it is.
+// (\u00NN for a C1 control), and a backslash as \\ (so that \xNN is always an escape);
+// everything else, any script, as it is.
 std::string printable_text(std::string_view text);
 
 struct EncodeOptions {

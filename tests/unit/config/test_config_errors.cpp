@@ -86,7 +86,12 @@ TEST_CASE("wrong types are reported with the expected type and the value found")
   CHECK(tiny_problems("optimizer: {type: Lamb}\n") ==
         std::vector<std::string>{"optimizer.type: 'Lamb' is not supported; supported: AdamW, Adam"});
   CHECK(tiny_problems("", {"model.n_layer=99999999999"}) ==
-        std::vector<std::string>{"model.n_layer: must be at most 2147483647, got 99999999999 (set by --set model.n_layer)"});
+        std::vector<std::string>{"model.n_layer: got 99999999999, beyond what this key can hold (-2147483648 to "
+                                 "2147483647; its own range may be narrower) (set by --set model.n_layer)"});
+  // An integer too large for 64 bits is said to be that, not "not an integer".
+  CHECK(tiny_problems("", {"train.iters=99999999999999999999"}) ==
+        std::vector<std::string>{"train.iters: got 99999999999999999999, beyond a 64-bit integer (at most "
+                                 "9223372036854775807) (set by --set train.iters)"});
   CHECK(tiny_problems("gradient_clipping: .inf\n") ==
         std::vector<std::string>{"gradient_clipping: expected a number, got '.inf'"});
 }

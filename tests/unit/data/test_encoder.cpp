@@ -146,6 +146,8 @@ TEST_CASE("encoder errors name the problem") {
 
 TEST_CASE("sample text is printed without the control codes a terminal would obey") {
   CHECK(printable_text("plain text\n\tindented") == "plain text\n\tindented");
+  // A backslash the model wrote is doubled: "\x10" in the output is always an escape.
+  CHECK(printable_text("a\\x10\x10") == "a\\\\x10\\x10");
   CHECK(printable_text("\x1b[2J\a\rend\x7f") == "\\x1b[2J\\x07\\x0dend\\x7f");
   CHECK(printable_text("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
   CHECK(printable_text("\x9b" "1m \xc2\x9b \xff") == "\\x9b1m \\u009b \\xff");  // CSI as a byte and as U+009B
