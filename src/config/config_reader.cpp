@@ -94,14 +94,27 @@ bool parse_double(const std::string& text, double& value) {
 }
 
 
+namespace {
+// `key` appears in `text` as a whole key ("model.n_head = 3", not "model.n_head_x").
+bool names_key(const std::string& text, const std::string& key) {
+  const auto part_of_key = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    const size_t end = at + key.size();
+    if ((at == 0 || !part_of_key(text[at - 1])) && (end == text.size() || !part_of_key(text[end]))) return true;
+  }
+  return false;
+}
+}  // namespace
+
 void ErrorLog::add(const std::string& path, const std::string& message) {
   std::string text = message;
-  for (const auto& o : overridden_) {
-    if (!path.empty() && related_paths(path, o)) {
-      text += " (set by --set " + o + ")";
-      break;
-    }
-  }
+  // The key the error is filed under, or another one it names (model.d_model's divisibility by
+  // model.n_head is filed under d_model): either may be the one --set changed.
+  const auto marked = [&](const std::string& o) { return (!path.empty() && related_paths(path, o)); };
+  auto it = std::find_if(overridden_.begin(), overridden_.end(), marked);
+  if (it == overridden_.end())
+    it = std::find_if(overridden_.begin(), overridden_.end(), [&](const std::string& o) { return names_key(message, o); });
+  if (it != overridden_.end()) text += " (set by --set " + *it + ")";
   errors_.push_back({path, text});
 }
 

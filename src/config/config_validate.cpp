@@ -397,7 +397,8 @@ void check_loop(const Config& c, Problems& p) {
   const CheckpointConfig& k = c.checkpoint;
   if (k.resume.empty()) p.add("checkpoint.resume", "must be auto, none or the path of a checkpoint");
   if (k.dir.empty() && (k.save_interval > 0 || k.save_initial))
-    p.add("checkpoint.dir", "save_interval/save_initial need a directory to save into; set checkpoint.dir");
+    p.add("checkpoint.dir", fmt::format("{} needs a directory to save into; set checkpoint.dir",
+                                        k.save_interval > 0 ? "checkpoint.save_interval" : "checkpoint.save_initial"));
   check_sampling(c, p);
 }
 

@@ -283,8 +283,14 @@ TEST_CASE("model, loop and checkpoint consistency problems") {
   CHECK(tiny_problems("train: {eval_interval: 10}\ndata: {train: a.bin, val: [b.bin]}\n") ==
         std::vector<std::string>{"data.val: expected a string, got a list"});
   CHECK(tiny_problems("checkpoint: {save_interval: 10}\n") ==
-        std::vector<std::string>{"checkpoint.dir: save_interval/save_initial need a directory to save into; set "
+        std::vector<std::string>{"checkpoint.dir: checkpoint.save_interval needs a directory to save into; set "
                                  "checkpoint.dir"});
+  // An error filed under one key that names another the --set changed is marked with it too.
+  CHECK(tiny_problems("", {"checkpoint.save_interval=10"}) ==
+        std::vector<std::string>{"checkpoint.dir: checkpoint.save_interval needs a directory to save into; set "
+                                 "checkpoint.dir (set by --set checkpoint.save_interval)"});
+  CHECK(tiny_problems("", {"model.n_head=3"}) ==
+        std::vector<std::string>{"model.d_model: 64 is not divisible by model.n_head = 3 (set by --set model.n_head)"});
   CHECK(tiny_problems("train: {iters: 5}\ntrain: {iters: 6}\n") ==
         std::vector<std::string>{"train: appears more than once in the same section; keep one"});
 }
