@@ -245,9 +245,8 @@ void MapReader::read(const std::string& key, bool& out) {
 namespace {
 // The message for a value parse_int64 refused: a run of digits is an integer too large to hold.
 std::string not_an_int64(const std::string& text) {
-  const size_t digits = text.find_first_not_of("+-") == std::string::npos ? 0 : text.find_first_not_of("+-");
-  const bool integer = digits <= 1 && digits < text.size() &&
-                       text.find_first_not_of("0123456789", digits) == std::string::npos;
+  const size_t digits = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  const bool integer = digits < text.size() && text.find_first_not_of("0123456789", digits) == std::string::npos;
   if (integer) return "got " + text + ", beyond a 64-bit integer (at most 9223372036854775807)";
   return "expected an integer, got " + quoted(text);
 }
@@ -489,7 +488,8 @@ void MapReader::finish(const std::map<std::string, std::string>& hints) {
     std::vector<std::string> candidates = known_;
     for (const DeepSpeedKey& ds : deepspeed_keys()) {
       const std::string path = ds.path;
-      const std::string name = path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1);
+      const size_t dot = path.rfind('.');
+      const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
       if (key_path(name) == path && std::find(candidates.begin(), candidates.end(), name) == candidates.end())
         candidates.push_back(name);
     }

@@ -23,24 +23,26 @@ bool switched_off(const YAML::Node& node) {
          word == "~";
 }
 
-// The first `enabled` switch in the section that is on, as "data_sampling.enabled is 1" ("enabled
-// is true" at the top), or "" when none is.
-std::string enabled_inside(const YAML::Node& node, const std::string& at = "") {
+// The first `enabled` switch in the section that is on: its path ("data_sampling.enabled";
+// "enabled" at the top) and value; an empty path when none is.
+struct Switch {
+  std::string path, value;
+};
+Switch enabled_inside(const YAML::Node& node, const std::string& at = "") {
   if (node.IsMap()) {
     for (const auto& item : node) {
       const std::string key = item.first.IsScalar() ? item.first.Scalar() : "";
       const std::string path = at.empty() ? key : at + "." + key;
-      if (key == "enabled" && !switched_off(item.second)) return path + " is " + short_value(item.second);
-      if (std::string inner = enabled_inside(item.second, path); !inner.empty()) return inner;
+      if (key == "enabled" && !switched_off(item.second)) return {path, short_value(item.second)};
+      if (Switch inner = enabled_inside(item.second, path); !inner.path.empty()) return inner;
     }
   } else if (node.IsSequence()) {
     int index = 0;
     for (const auto& item : node) {
-      const std::string path = fmt::format("{}[{}]", at, index++);
-      if (std::string inner = enabled_inside(item, path); !inner.empty()) return inner;
+      if (Switch inner = enabled_inside(item, fmt::format("{}[{}]", at, index++)); !inner.path.empty()) return inner;
     }
   }
-  return "";
+  return {};
 }
 
 // The value equals `neutral` or one of its '|'-separated spellings: booleans and words in any
@@ -139,10 +141,10 @@ DsDecision decide_deepspeed_key(const DeepSpeedKey& key, const YAML::Node& value
         return {DsDecision::Accepted, fmt::format("{} is what strata does", short_value(value))};
       return {DsDecision::Refused, fmt::format("{} (only {} is accepted)", key.strata, spellings(key.neutral))};
     case DsTreatment::RefusedWhenEnabled:
-      if (const std::string on = enabled_inside(value); !on.empty()) {
+      if (const Switch on = enabled_inside(value); !on.path.empty()) {
         // Which switch is on, when it is not the section's own (that may already say false).
-        if (on.rfind("enabled is ", 0) == 0) return {DsDecision::Refused, key.strata};
-        return {DsDecision::Refused, fmt::format("{}: {}", on, key.strata)};
+        if (on.path == "enabled") return {DsDecision::Refused, key.strata};
+        return {DsDecision::Refused, fmt::format("{} is {}: {}", on.path, on.value, key.strata)};
       }
       return {DsDecision::Disabled, "nothing in it is enabled"};
     case DsTreatment::Refused: return {DsDecision::Refused, key.strata};

@@ -47,16 +47,24 @@ void note_exit(int code) {
   if (std::FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
 }
 
-void note_rank_started() {
+namespace {
+// "DIR/rank-R.PID", the start of this rank's files for launch/strata-mpirun ("" without it).
+std::string rank_note_stem() {
   const char* dir = std::getenv("STRATA_EXIT_DIR");
-  if (!dir || !*dir) return;
+  if (!dir || !*dir) return "";
+  return std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid());
+}
+}  // namespace
+
+void note_rank_started() {
+  const std::string stem = rank_note_stem();
+  if (stem.empty()) return;
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) return;  // the wrapper could not tell its node's ranks
   // With the PID namespace: a rank in a container of its own has a PID the wrapper cannot look up.
   char pid_namespace[256] = {};
   if (readlink("/proc/self/ns/pid", pid_namespace, sizeof pid_namespace - 1) < 0) pid_namespace[0] = '\0';
-  const std::string path =
-      std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid()) + ".started";
+  const std::string path = stem + ".started";
   // Renamed into place: the wrapper never reads it half written.
   const std::string partial = path + ".partial";
   std::FILE* f = std::fopen(partial.c_str(), "w");
@@ -66,9 +74,8 @@ void note_rank_started() {
 }
 
 std::string exit_note_prefix() {
-  const char* dir = std::getenv("STRATA_EXIT_DIR");
-  if (!dir || !*dir) return "";
-  return std::string(dir) + "/rank-" + std::to_string(process_rank()) + "." + std::to_string(getpid()) + ".exit";
+  const std::string stem = rank_note_stem();
+  return stem.empty() ? "" : stem + ".exit";
 }
 
 namespace {
