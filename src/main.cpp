@@ -123,6 +123,8 @@ struct Commands {
   strata::TrainOptions train_options;
   strata::PlanOptions plan_options;
   strata::EncodeOptions encode_options;
+  strata::SampleOptions sample_options;
+  strata::EvalOptions eval_options;
   std::string decode_input, decode_tokenizer, decode_out;
   std::string export_checkpoint, export_out;
   CLI::App* config = nullptr;
@@ -134,6 +136,8 @@ struct Commands {
   CLI::App* encode = nullptr;
   CLI::App* decode = nullptr;
   CLI::App* export_hf = nullptr;
+  CLI::App* sample = nullptr;
+  CLI::App* eval = nullptr;
 };
 
 // strata plan --config X --gpus N [--hardware NAME|FILE] [--top K] [--write FILE] [--explain] [--json]
@@ -197,6 +201,36 @@ void add_data_commands(CLI::App& app, Commands& c) {
   c.decode->add_option("--out", c.decode_out, "Output file (default: standard output)");
 }
 
+// strata sample|eval --checkpoint PATH [--set k=v]... and each one's own options.
+void add_checkpoint_commands(CLI::App& app, Commands& c) {
+  const char* checkpoint_help = "A checkpoint step directory, a checkpoint folder (uses latest) or a HuggingFace GPT-2 folder";
+  const char* set_help = "Override a key of the checkpoint's config: a.b.c=value (repeatable)";
+  strata::SampleOptions& s = c.sample_options;
+  c.sample = app.add_subcommand("sample", "Write text sampled from a checkpoint's model (run alone, or under mpirun)");
+  c.sample->add_option("--checkpoint", s.checkpoint, checkpoint_help)->required()->check(kDirName);
+  c.sample->add_option("--prompt", s.prompt, "Text each sample continues (default: none)");
+  c.sample->add_option("--tokens", s.tokens, "Tokens generated per sample (default 200)")
+      ->check(CLI::Range(1, 1 << 20));
+  c.sample->add_option("--count", s.count, "Samples (default 1)")->check(CLI::Range(1, 1 << 20));
+  c.sample->add_option("--temperature", s.temperature, "Divides the logits; 0 takes the most likely token (default 1)")
+      ->check(CLI::Range(0.0, 1e6));
+  c.sample->add_option("--top-k", s.top_k, "Draw from the K most likely tokens only (default 0: all)")
+      ->check(CLI::Range(0, 1 << 30));
+  c.sample->add_option("--seed", s.seed, "Seed of the draws (default 1234)")->check(CLI::NonNegativeNumber);
+  c.sample->add_option("--tokenizer", s.tokenizer,
+                       "GPT-2 BPE tokenizer (tokenizer.json, vocab.json, their folder or a tiktoken file) instead of "
+                       "the config's data.tokenizer")
+      ->check(kFileName);
+  c.sample->add_option("--set", s.overrides, set_help);
+  strata::EvalOptions& e = c.eval_options;
+  c.eval = app.add_subcommand("eval", "Print a checkpoint's loss on a token split (run alone, or under mpirun)");
+  c.eval->add_option("--checkpoint", e.checkpoint, checkpoint_help)->required()->check(kDirName);
+  c.eval->add_option("--data", e.data, "Token shards, a glob (default: the config's data.val)")->check(kFileName);
+  c.eval->add_option("--iters", e.iters, "Global batches evaluated (default: the config's train.eval_iters)")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  c.eval->add_option("--set", e.overrides, set_help);
+}
+
 void add_commands(CLI::App& app, Commands& c) {
   // strata config CONFIG [--world-size N] [--set k=v]... (CONFIG may also be given as --config, as
   // train and plan take it)
@@ -258,6 +292,8 @@ void add_commands(CLI::App& app, Commands& c) {
   c.export_hf->add_option("--checkpoint", c.export_checkpoint, "Checkpoint step directory, or a checkpoint root (uses latest)")
       ->required();
   c.export_hf->add_option("--out", c.export_out, "Output directory")->required()->check(kDirName);
+
+  add_checkpoint_commands(app, c);
 }
 
 // The config at --world-size ranks; a layout that needs more ranks than the one assumed without
@@ -330,6 +366,8 @@ int run_command(const Commands& c, int* argc, char*** argv, std::unique_ptr<stra
   if (c.info->parsed()) return strata::run_info(*mpi, c.info_options);
   if (c.comm_check->parsed()) return strata::run_comm_check(*mpi, c.comm_check_options);
   if (c.train->parsed()) return strata::run_train(*mpi, c.train_options);
+  if (c.sample->parsed()) return strata::run_sample(*mpi, c.sample_options);
+  if (c.eval->parsed()) return strata::run_eval(*mpi, c.eval_options);
   return 0;
 }
 

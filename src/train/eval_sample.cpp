@@ -1,6 +1,8 @@
 // Evaluation on the validation split and samples from the model being trained.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <utility>
 
 #include "train/train_internal.h"
@@ -49,8 +51,47 @@ std::vector<int32_t> sample_start(const Config& cfg, const BpeTokenizer* tokeniz
   return {cfg.model.vocab_size - 1};
 }
 
+namespace {
+
+// The next token from the last position's logits under `rule`; `probs` is scratch of the
+// vocabulary's size. At temperature 1 over every token the arithmetic is the plain softmax draw
+// (the samples of a run do not depend on the rule's existence).
+int32_t draw_token(const std::vector<float>& logits, const SamplingRule& rule, Rng& rng, std::vector<double>& probs) {
+  const int vocab = static_cast<int>(logits.size());
+  const auto most = std::max_element(logits.begin(), logits.end());
+  if (rule.temperature == 0) return static_cast<int32_t>(most - logits.begin());
+  const double max_logit = *most;
+  // With top_k, a token is drawn from the k largest logits: those above the k-th largest value,
+  // then those equal to it in id order until there are k.
+  float floor = -std::numeric_limits<float>::infinity();
+  int at_floor = vocab;
+  if (rule.top_k > 0 && rule.top_k < vocab) {
+    std::vector<float> order(logits);
+    std::nth_element(order.begin(), order.begin() + (rule.top_k - 1), order.end(), std::greater<float>());
+    floor = order[static_cast<size_t>(rule.top_k - 1)];
+    at_floor = rule.top_k - static_cast<int>(std::count_if(logits.begin(), logits.end(), [&](float x) { return x > floor; }));
+  }
+  double total = 0;
+  int32_t last = static_cast<int32_t>(most - logits.begin());
+  for (int v = 0; v < vocab; ++v) {
+    const float x = logits[static_cast<size_t>(v)];
+    const bool kept = x > floor || (x == floor && at_floor-- > 0);
+    probs[static_cast<size_t>(v)] = kept ? std::exp((x - max_logit) / rule.temperature) : 0.0;
+    total += probs[static_cast<size_t>(v)];
+    if (kept) last = v;
+  }
+  double u = static_cast<double>(rng.uniform()) * total;
+  for (int v = 0; v < vocab; ++v) {
+    u -= probs[static_cast<size_t>(v)];
+    if (u < 0) return v;
+  }
+  return last;  // the rounding of the sum left u just short of it
+}
+
+}  // namespace
+
 std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, std::vector<int32_t> start, int count, Rng& rng,
-                                                  const StopCheck& stop) {
+                                                  const StopCheck& stop, const SamplingRule& rule) {
   const GptDims& dims = engine.model().dims();
   std::vector<int32_t> tokens = std::move(start);
   const size_t prompt_length = tokens.size();  // the prompt, or the start token
@@ -60,20 +101,7 @@ std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, std::vector<in
     const size_t context = std::min<size_t>(tokens.size(), static_cast<size_t>(dims.seq_len));
     const int32_t* window = tokens.data() + (tokens.size() - context);
     // The last position's logits over the real vocabulary (gathered from the TP slices), fp32.
-    const std::vector<float> last = engine.last_token_logits(window, static_cast<int>(context));
-    const double max_logit = *std::max_element(last.begin(), last.end());
-    double total = 0;
-    for (int v = 0; v < dims.vocab_size; ++v) total += probs[static_cast<size_t>(v)] = std::exp(last[static_cast<size_t>(v)] - max_logit);
-    double u = static_cast<double>(rng.uniform()) * total;
-    int32_t next = dims.vocab_size - 1;
-    for (int v = 0; v < dims.vocab_size; ++v) {
-      u -= probs[static_cast<size_t>(v)];
-      if (u < 0) {
-        next = v;
-        break;
-      }
-    }
-    tokens.push_back(next);
+    tokens.push_back(draw_token(engine.last_token_logits(window, static_cast<int>(context)), rule, rng, probs));
   }
   return std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(prompt_length), tokens.end());
 }

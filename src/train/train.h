@@ -2,6 +2,7 @@
 // gradient accumulation, clipping, LR schedule, evaluation, samples, metrics, signals
 // and checkpoints.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,30 @@ struct TrainOptions {
 
 // Runs a whole training job on this rank; returns the process exit code.
 int run_train(const MpiRuntime& mpi, const TrainOptions& options);
+// `strata sample` and `strata eval` (checkpoint_use.cpp): a checkpoint's model used as it is.
+// `checkpoint` is a step dir, a checkpoint folder (its latest) or a HuggingFace GPT-2 folder; the
+// config is the one the checkpoint saved, laid out as DP over the job's ranks, then `overrides`.
+struct SampleOptions {
+  std::string checkpoint;
+  std::vector<std::string> overrides;
+  std::string prompt;     // continued by each sample ("" : the tokenizer's end of text, or a newline)
+  std::string tokenizer;  // instead of the config's data.tokenizer
+  int tokens = 200;       // generated per sample
+  int count = 1;
+  int64_t seed = 1234;
+  double temperature = 1.0;  // 0: the most likely token
+  int top_k = 0;             // 0: every token
+};
+struct EvalOptions {
+  std::string checkpoint;
+  std::vector<std::string> overrides;
+  std::string data;   // token shards (a glob); "" : the config's data.val
+  int64_t iters = 0;  // global batches; 0: the config's train.eval_iters
+};
+// Each returns the process exit code; every rank of the job calls it.
+int run_sample(const MpiRuntime& mpi, const SampleOptions& options);
+int run_eval(const MpiRuntime& mpi, const EvalOptions& options);
+
 // From the start of `strata train` (before MPI starts) until its loop: a stop signal ends the
 // process at once with 128 + signal, leaving the exit file launch/strata-mpirun reads.
 void install_setup_signal_handlers();

@@ -128,11 +128,18 @@ std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, in
 // newline byte, or the last id (GPT-2's end of text) of a larger vocabulary without a tokenizer
 // (where the config refuses a text prompt).
 std::vector<int32_t> sample_start(const Config& cfg, const BpeTokenizer* tokenizer);
-// Continues `start` by `count` tokens sampled at temperature 1 and returns those `count` tokens.
+// How the next token is drawn from the last position's logits: at `temperature` (the logits
+// divided by it; 0 takes the most likely token, the lowest id among equals, and draws nothing
+// from the RNG) from the `top_k` most likely tokens (0: all of them).
+struct SamplingRule {
+  double temperature = 1.0;
+  int top_k = 0;
+};
+// Continues `start` by `count` tokens drawn by `rule` and returns those `count` tokens.
 // Under TP every rank of the group calls it (the logits' slices are gathered) and gets the same
 // tokens. nullopt when `stop` interrupted it.
 std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, std::vector<int32_t> start, int count, Rng& rng,
-                                                  const StopCheck& stop);
+                                                  const StopCheck& stop, const SamplingRule& rule = {});
 // data.tokenizer loaded and checked against the model's vocabulary; nullopt when none is set.
 std::optional<BpeTokenizer> open_tokenizer(const Config& cfg);
 

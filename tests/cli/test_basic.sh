@@ -8,7 +8,7 @@ run_expect 0 "$STRATA" --version
 expect_contains "$OUT" "strata 0."
 run_expect 2 "$STRATA"
 run_expect 2 "$STRATA" frobnicate
-expect_contains "$OUT" "strata: unknown command 'frobnicate' (commands: config, info, train, plan, data, export; diagnostics: comm-check, adam-check)"
+expect_contains "$OUT" "strata: unknown command 'frobnicate' (commands: config, info, train, plan, data, export, sample, eval; diagnostics: comm-check, adam-check)"
 run_expect 2 "$STRATA" data frobnicate
 expect_contains "$OUT" "strata data: unknown command 'frobnicate' (commands: encode, decode)"
 run_expect 2 "$STRATA" train

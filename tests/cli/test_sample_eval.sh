@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# strata sample and strata eval: a checkpoint's model used without training. eval gives the val loss
+# the run logged at that step, on any layout and from the exported HuggingFace folder; sample draws
+# what the run's own sampler drew (same seed, same step), the same tokens on every layout and from the
+# exported folder; temperature 0 and top-k 1 take the most likely token; user errors exit 2.
+source "$(dirname "$0")/../lib/common.sh"
+make_text_data "$WORK/data"
+# One sample at step 12, from the training sampler's first draws (seed 3).
+write_small_config "$WORK/c.yaml" "$WORK/data" "train: {iters: 12, seed: 3, eval_interval: 6}" \
+  "checkpoint: {dir: \"$WORK/ck\", save_interval: 6}" \
+  "logging: {metrics_file: \"$WORK/m.jsonl\", sample_interval: 12, sample_tokens: 24, sample_prompt: \"line 1\"}"
+run_expect 0 "$STRATA" train --config "$WORK/c.yaml"
+val_loss() { python3 -c 'import json, sys
+print("%.6f" % [json.loads(l) for l in open(sys.argv[1]) if "\"eval\"" in l and "\"step\":%s," % sys.argv[2] in l][0]["val_loss"])' "$WORK/m.jsonl" "$1"; }
+mpi() { "$MPIRUN" "${MPI_FLAGS[@]}" -np "$@"; }
+
+# eval: the loss the run logged, for the latest and an earlier step, on one rank and on DP, TP, PP
+# and ZeRO-3 layouts of two ranks.
+run_expect 0 "$STRATA" eval --checkpoint "$WORK/ck"
+expect_contains "$OUT" "step 12 of $WORK/ck/step_00000012 on 1 rank(s) = DP 1 x TP 1 x PP 1 on cpu"
+expect_contains "$OUT" "val loss $(val_loss 12) |"
+run_expect 0 "$STRATA" eval --checkpoint "$WORK/ck/step_00000006"
+expect_contains "$OUT" "val loss $(val_loss 6) |"
+for layout in "" parallelism.tensor_model_parallel_size=2 parallelism.pipeline_model_parallel_size=2 zero_optimization.stage=3; do
+  run_expect 0 mpi 2 "$STRATA" eval --checkpoint "$WORK/ck" ${layout:+--set "$layout"}
+  expect_contains "$OUT" "val loss $(val_loss 12) |"
+done
+# --iters counts global batches (8 sequences here): 1 of them.
+run_expect 0 "$STRATA" eval --checkpoint "$WORK/ck" --iters 1
+expect_contains "$OUT" "| 8 sequences of 32 tokens |"
+first_batch="$(grep -o 'val loss [0-9.]* |' <<<"$OUT")"
+
+# sample: the run's own sample (seed 3, step 12; its bytes are the record's ids), then the same draws
+# on every layout.
+python3 -c 'import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if "\"sample\"" in l][0]
+sys.stdout.buffer.write(s["prompt"].encode() + bytes(s["tokens"]) + b"\n")' "$WORK/m.jsonl" > "$WORK/trained.txt"
+run_expect 0 "$STRATA" sample --checkpoint "$WORK/ck" --prompt "line 1" --tokens 24 --seed 3
+expect_contains "$OUT" "sampling 1 x 24 tokens from step 12 of $WORK/ck/step_00000012"
+"$STRATA" sample --checkpoint "$WORK/ck" --prompt "line 1" --tokens 24 --seed 3 2>/dev/null > "$WORK/one.txt"
+cmp "$WORK/trained.txt" "$WORK/one.txt" || fail "strata sample differs from the run's own sample: $(cat "$WORK/one.txt")"
+for layout in parallelism.tensor_model_parallel_size=2 parallelism.pipeline_model_parallel_size=2; do
+  mpi 2 "$STRATA" sample --checkpoint "$WORK/ck" --prompt "line 1" --tokens 24 --seed 3 --set "$layout" \
+    2>/dev/null > "$WORK/two.txt"
+  cmp "$WORK/one.txt" "$WORK/two.txt" || fail "the sample on $layout differs"
+done
+
+# The exported HuggingFace folder: the same loss over the same sequences (given the split; its
+# global batch is 4 sequences a rank) and the same sample.
+run_expect 0 "$STRATA" export --checkpoint "$WORK/ck" --out "$WORK/hf"
+run_expect 0 "$STRATA" eval --checkpoint "$WORK/hf" --data "$WORK/data/val_*.bin" --iters 2
+expect_contains "$OUT" "the HuggingFace folder $WORK/hf on 1 rank(s)"
+expect_contains "$OUT" "$first_batch"
+expect_contains "$OUT" "| 8 sequences of 32 tokens |"
+"$STRATA" sample --checkpoint "$WORK/hf" --prompt "line 1" --tokens 24 --seed 3 2>/dev/null > "$WORK/hf.txt"
+cmp "$WORK/one.txt" "$WORK/hf.txt" || fail "the sample from the exported folder differs"
+
+# Draw rules: another seed draws another sample; at temperature 0 (and at top-k 1) the seed is moot;
+# three samples are three, apart by ---.
+sample() { "$STRATA" sample --checkpoint "$WORK/ck" --prompt "line 1" --tokens 24 "$@" 2>/dev/null; }
+[ "$(sample --seed 3)" != "$(sample --seed 4)" ] || fail "seeds 3 and 4 drew the same sample"
+greedy="$(sample --temperature 0 --seed 3)"
+[ "$greedy" = "$(sample --temperature 0 --seed 4)" ] || fail "temperature 0 depends on the seed"
+[ "$greedy" = "$(sample --top-k 1 --seed 4)" ] || fail "top-k 1 is not the most likely token"
+[ "$greedy" != "$(sample --seed 3)" ] || fail "temperature 1 drew the most likely tokens"
+[ "$(sample --count 3 | grep -c '^---$')" -eq 2 ] || fail "--count 3 did not print three samples"
+
+# User errors.
+run_expect 2 "$STRATA" eval --checkpoint "$WORK/none"
+expect_contains "$OUT" "--checkpoint: $WORK/none: no such file or directory"
+mkdir "$WORK/empty"
+run_expect 2 "$STRATA" sample --checkpoint "$WORK/empty"
+expect_contains "$OUT" "no checkpoint found"
+run_expect 2 "$STRATA" eval --checkpoint "$WORK/hf"
+expect_contains "$OUT" "its config names no validation split (data.val): give one with --data"
+run_expect 2 "$STRATA" eval --checkpoint "$WORK/ck" --set model.n_layer=3
+expect_contains "$OUT" "--set model.n_layer=3: the model's shape is the checkpoint's; it cannot be changed here"
+run_expect 2 "$STRATA" sample --checkpoint "$WORK/ck" --tokenizer "$WORK/none.json"
+expect_contains "$OUT" "--tokenizer: $WORK/none.json: does not exist"
+run_expect 2 "$STRATA" sample --checkpoint "$WORK/ck" --tokens 0
+expect_contains "$OUT" "--tokens: Value 0 not in range"
+echo "sample and eval: the run's val losses and sample, on 1 and 2 ranks and from the HuggingFace export"
