@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -217,10 +216,7 @@ int run_eval(const MpiRuntime& mpi, const EvalOptions& o) {
     data = TokenDataset::open(pattern, cfg.model.vocab_size, key);
     GlobalSampler(*data, cfg.model.seq_len, false, 0);  // at least one sequence, or a UserError saying so
   });
-  const int64_t global_batch = cfg.derived.global_batch;
-  const int64_t sequences = cfg.train.eval_iters > std::numeric_limits<int64_t>::max() / global_batch
-                                ? std::numeric_limits<int64_t>::max()
-                                : cfg.train.eval_iters * global_batch;
+  const int64_t sequences = eval_sequences(cfg);
   const Timer t;
   const Topology& topology = *m->topology;
   const double loss = *evaluate_loss(

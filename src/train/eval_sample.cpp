@@ -9,6 +9,15 @@
 
 namespace strata {
 
+int64_t eval_sequences(const Config& cfg) {
+  // eval_iters is bounded only by int64: a count past the val split means all of it, and the
+  // product must not wrap into a negative one.
+  const int64_t global_batch = cfg.derived.global_batch;
+  return cfg.train.eval_iters > std::numeric_limits<int64_t>::max() / global_batch
+             ? std::numeric_limits<int64_t>::max()
+             : cfg.train.eval_iters * global_batch;
+}
+
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t sequences, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop) {

@@ -120,6 +120,9 @@ using StopCheck = std::function<bool()>;
 // of forwards (needed when forward communicates over DP, as with ZeRO-3). Each batch runs the
 // engine's forward (every pipeline stage and TP rank of a replica calls it); a batch's loss
 // counts from the world rank loss_rank(dp rank). nullopt when `stop` interrupted it.
+// The sequences an evaluation reads: train.eval_iters global batches, as Megatron counts them (a
+// set that does not move with the micro-batch, so the points of a sweep over it compare).
+int64_t eval_sequences(const Config& cfg);
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t sequences, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop);

@@ -150,17 +150,9 @@ bool Trainer::make_reports(bool eval, bool sample_due) {
 bool Trainer::evaluate(int64_t step) {
   if (!val_data_) return true;
   const Timer t;
-  // eval_iters is bounded only by int64: a count past the val split means all of it, and the
-  // product must not wrap into a negative one.
-  const int64_t global_batch = cfg_.derived.global_batch;
-  const int64_t sequences = cfg_.train.eval_iters > std::numeric_limits<int64_t>::max() / global_batch
-                                ? std::numeric_limits<int64_t>::max()
-                                : cfg_.train.eval_iters * global_batch;
   const std::optional<double> val_loss =
-      // train.eval_iters global batches, as Megatron counts them: a set that does not move with the
-      // micro-batch, so the points of a sweep over it compare.
       evaluate_loss(engine_, *val_data_, dims_.seq_len, cfg_.derived.micro_batch,
-                    sequences, topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
+                    eval_sequences(cfg_), topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
                     // the replica's first TP rank on the last pipeline stage
                     [this](int dp) { return grid_rank(topology_.shape(), {dp, cfg_.derived.pp_size - 1, 0}); },
                     [this] { return agree_to_stop(); });
