@@ -5,12 +5,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <exception>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -29,19 +32,32 @@ constexpr char kDiagnostics[] = "Diagnostics";
 
 using strata::log_error;
 
+// The whole of `text` as a number of type T (std::stoll or std::stod), or nullopt: CLI11's own
+// checks word their ranges poorly (a bound of 309 digits) or let "nan" through.
+template <typename T>
+std::optional<T> whole_text_as(const std::string& text) {
+  size_t used = 0;
+  T value{};
+  try {
+    if constexpr (std::is_floating_point_v<T>) {
+      value = std::stod(text, &used);
+    } else {
+      value = std::stoll(text, &used);
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size()) return std::nullopt;
+  return value;
+}
+
 // A count of ranks or a parallel size: CLI11's PositiveNumber would answer 0 with "Value 0 not in
 // range 0.000000 to 1.797...e308".
 const CLI::Validator kWholeCount(
     [](std::string& text) -> std::string {
-      size_t used = 0;
-      long value = 0;
-      try {
-        value = std::stol(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != text.size() || value < 1) return "expected a whole number of 1 or more, got '" + text + "'";
-      if (value > std::numeric_limits<int>::max())
+      const std::optional<long long> value = whole_text_as<long long>(text);
+      if (!value || *value < 1) return "expected a whole number of 1 or more, got '" + text + "'";
+      if (*value > std::numeric_limits<int>::max())
         return "expected a whole number of at most " + std::to_string(std::numeric_limits<int>::max()) + ", got '" +
                text + "'";
       return "";
@@ -54,17 +70,32 @@ const CLI::Validator kFileName([](std::string& text) -> std::string { return tex
 const CLI::Validator kDirName(
     [](std::string& text) -> std::string { return text.empty() ? "expected a directory name" : ""; }, "DIR");
 
-// Seconds, 0 or more: CLI11's NonNegativeNumber names its upper bound as DBL_MAX's 309 digits.
+// Seconds, 0 or more.
 const CLI::Validator kSeconds(
     [](std::string& text) -> std::string {
-      size_t used = 0;
-      double value = -1;
-      try {
-        value = std::stod(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != text.size() || !(value >= 0) || value > 1e9) return "expected seconds, 0 or more, got '" + text + "'";
+      const std::optional<double> value = whole_text_as<double>(text);
+      if (!value || !(*value >= 0) || *value > 1e9) return "expected seconds, 0 or more, got '" + text + "'";
+      return "";
+    },
+    "S>=0");
+
+// A sampling temperature: finite and 0 or more.
+const CLI::Validator kTemperature(
+    [](std::string& text) -> std::string {
+      const std::optional<double> value = whole_text_as<double>(text);
+      if (!value || !std::isfinite(*value) || *value < 0)
+        return "expected a finite number, 0 or more (0: the most likely token), got '" + text + "'";
+      return "";
+    },
+    "T>=0");
+
+// A seed: the whole range of int64_t from 0, each value its own (no saturation at the top).
+const CLI::Validator kSeed(
+    [](std::string& text) -> std::string {
+      const std::optional<long long> value = whole_text_as<long long>(text);
+      if (!value || *value < 0)
+        return "expected a whole number from 0 to " + std::to_string(std::numeric_limits<int64_t>::max()) + ", got '" +
+               text + "'";
       return "";
     },
     "S>=0");
@@ -213,10 +244,10 @@ void add_checkpoint_commands(CLI::App& app, Commands& c) {
       ->check(CLI::Range(1, 1 << 20));
   c.sample->add_option("--count", s.count, "Samples (default 1)")->check(CLI::Range(1, 1 << 20));
   c.sample->add_option("--temperature", s.temperature, "Divides the logits; 0 takes the most likely token (default 1)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(kTemperature);
   c.sample->add_option("--top-k", s.top_k, "Draw from the K most likely tokens only (default 0: all)")
       ->check(CLI::Range(0, 1 << 30));
-  c.sample->add_option("--seed", s.seed, "Seed of the draws (default 1234)")->check(CLI::NonNegativeNumber);
+  c.sample->add_option("--seed", s.seed, "Seed of the draws (default 1234)")->check(kSeed);
   c.sample->add_option("--tokenizer", s.tokenizer,
                        "GPT-2 BPE tokenizer (tokenizer.json, vocab.json, their folder or a tiktoken file) instead of "
                        "the config's data.tokenizer")

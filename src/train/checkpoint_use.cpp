@@ -5,8 +5,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -22,11 +24,13 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kSourceKey[] = "--checkpoint";
+// The sequences of one of eval's global batches from a HuggingFace folder, whatever the ranks.
+constexpr int64_t kHuggingFaceGlobalBatch = 8;
 
 // A checkpoint's own layout is left behind: the model runs as data parallelism over the ranks it is
-// given (TP, PP and ZeRO only as --set asks; the accumulation follows from the saved global batch),
-// on the device this machine has, and touches no checkpoint folder, metrics file or pretrained
-// folder of the run that saved it.
+// given (TP, PP and ZeRO only as --set asks; a micro-batch a rank at a time, the batch of no
+// training), on the device this machine has, and touches no checkpoint folder, metrics file or
+// pretrained folder of the run that saved it.
 const std::vector<std::string>& layout_resets() {
   static const std::vector<std::string> resets = {
       "parallelism.tensor_model_parallel_size=1", "parallelism.pipeline_model_parallel_size=1",
@@ -34,36 +38,66 @@ const std::vector<std::string>& layout_resets() {
       "parallelism.pipeline.virtual_stages=1",    "parallelism.pipeline.partition=uniform",
       "zero_optimization.stage=0",                "zero_optimization.offload_optimizer.device=none",
       "zero_optimization.offload_param.device=none", "activation_checkpointing.partition_activations=false",
-      "gradient_accumulation_steps=auto",         "device=auto",
-      "comm.backend=auto",                        "checkpoint.dir=",
-      "checkpoint.resume=none",                   "checkpoint.save_interval=0",
-      "checkpoint.save_initial=false",            "checkpoint.keep_last=0",
-      "logging.metrics_file=",                    "logging.sample_interval=0",
-      "train.eval_interval=0",                    "model.init_from=",
-      "flops_profiler.enabled=false",             "csv_monitor.enabled=false"};
+      "train_batch_size=auto",                    "gradient_accumulation_steps=1",
+      "device=auto",                              "comm.backend=auto",
+      "checkpoint.dir=",                          "checkpoint.resume=none",
+      "checkpoint.save_interval=0",               "checkpoint.save_initial=false",
+      "checkpoint.keep_last=0",                   "logging.metrics_file=",
+      "logging.sample_interval=0",                "train.eval_interval=0",
+      "model.init_from=",                         "flops_profiler.enabled=false",
+      "csv_monitor.enabled=false"};
   return resets;
+}
+
+// The --set keys that change what sample and eval do: the layout and its memory, the device, the
+// precision, the tokenizer and the split. The rest are training's (an optimizer, a schedule, a
+// checkpoint folder, a metrics file) or the model's shape: refused rather than ignored.
+void check_use_sets(const std::vector<std::string>& overrides) {
+  static const std::vector<std::string> sections = {"parallelism", "zero_optimization", "activation_checkpointing",
+                                                    "comm"};
+  static const std::vector<std::string> keys = {"device", "fp16.enabled", "bf16.enabled", "model.recompute",
+                                                "model.attention_probabilities", "train_micro_batch_size_per_gpu",
+                                                "data.val", "data.tokenizer", "train.eval_iters"};
+  for (const std::string& set : overrides) {
+    const std::string key = set.substr(0, set.find('='));
+    const std::string section = key.substr(0, key.find('.'));
+    if (std::find(sections.begin(), sections.end(), section) != sections.end() ||
+        std::find(keys.begin(), keys.end(), key) != keys.end())
+      continue;
+    if (section == "model" && key != "model.init_from")
+      throw UserError(fmt::format("--set {}: the model's shape is the checkpoint's; it cannot be changed here", set));
+    throw UserError(fmt::format("--set {}: changes nothing here (nothing trains); these keys do: {}.*, {}", set,
+                                fmt::join(sections, ".*, "), fmt::join(keys, ", ")));
+  }
 }
 
 bool is_huggingface_folder(const std::string& path) {
   return fs::is_regular_file(fs::path(path) / "config.json") && !fs::exists(fs::path(path) / "manifest.json");
 }
 
-// The config the model was trained with (a strata checkpoint keeps it whole), or, for a
-// HuggingFace folder, its dimensions, with the folder as the tokenizer when it holds one.
-std::string saved_config_text(const std::string& path, int world_size) {
-  if (is_huggingface_folder(path)) {
+// What a checkpoint says of its model: the config it was trained with (a strata checkpoint keeps
+// it whole) and that run's global batch (eval's batches are the run's own), or, for a HuggingFace
+// folder, its dimensions, with the folder as the tokenizer when it holds one.
+struct SavedModel {
+  std::string config_text;
+  int64_t global_batch = kHuggingFaceGlobalBatch;
+  bool huggingface = false;
+};
+
+SavedModel saved_model(const std::string& path) {
+  SavedModel saved;
+  saved.huggingface = is_huggingface_folder(path);
+  if (saved.huggingface) {
     const nlohmann::json model = CheckpointReader::open_huggingface(path, kSourceKey).global_meta().at("model");
-    // Four sequences per micro-batch, a micro-batch per rank in a global batch.
-    std::string text = fmt::format("train_batch_size: {}\ntrain_micro_batch_size_per_gpu: 4\n"
-                                   "model: {{n_layer: {}, n_head: {}, d_model: {}, vocab_size: {}, seq_len: {}}}\n",
-                                   4 * world_size,
-                                   model.at("n_layer").get<int>(), model.at("n_head").get<int>(),
-                                   model.at("d_model").get<int>(), model.at("vocab_size").get<int>(),
-                                   model.at("seq_len").get<int>());
+    saved.config_text = fmt::format("train_micro_batch_size_per_gpu: 4\n"
+                                    "model: {{n_layer: {}, n_head: {}, d_model: {}, vocab_size: {}, seq_len: {}}}\n",
+                                    model.at("n_layer").get<int>(), model.at("n_head").get<int>(),
+                                    model.at("d_model").get<int>(), model.at("vocab_size").get<int>(),
+                                    model.at("seq_len").get<int>());
     const fs::path dir(path);
     if (fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.json"))
-      text += "data: {tokenizer: " + nlohmann::json(path).dump() + "}\n";
-    return text;
+      saved.config_text += "data: {tokenizer: " + nlohmann::json(path).dump() + "}\n";
+    return saved;
   }
   const CheckpointReader reader = CheckpointReader::open(path, kSourceKey);
   const nlohmann::json& meta = reader.global_meta();
@@ -71,45 +105,45 @@ std::string saved_config_text(const std::string& path, int world_size) {
     throw UserError(fmt::format("{}: {}: the manifest holds no config (a checkpoint of an older strata); export it "
                                 "with strata export and give the exported folder",
                                 kSourceKey, reader.path()));
-  return meta.at("config").get<std::string>();
+  saved.config_text = meta.at("config").get<std::string>();
+  saved.global_batch = load_config_text(saved.config_text, {}, reader.saved_world_size(), "the checkpoint's config")
+                           .derived.global_batch;
+  return saved;
 }
 
 // The model of a checkpoint, laid out over this job's ranks and loaded.
 struct LoadedModel {
   Config cfg;
+  SavedModel saved;
   TrainingDevice device;
   std::unique_ptr<Topology> topology;
   std::unique_ptr<Engine> engine;
   std::string source;  // "step N of DIR" or "the HuggingFace folder DIR"
 };
 
-// The model is the checkpoint's: a --set of its shape would only be refused by the loader, in a
-// resuming run's words.
-void refuse_model_shape_sets(const std::vector<std::string>& overrides) {
-  for (const std::string& set : overrides) {
-    const std::string key = set.substr(0, set.find('='));
-    for (const char* shape : {"model.n_layer", "model.n_head", "model.d_model", "model.vocab_size", "model.seq_len",
-                              "model.preset", "model"}) {
-      if (key == shape)
-        throw UserError(fmt::format("--set {}: the model's shape is the checkpoint's; it cannot be changed here", set));
-    }
-  }
+// The config: the saved one, its layout reset, then `command_sets` (the command's own choices),
+// then the user's --set, then `adjust` (the command's options).
+void settle_config(LoadedModel& m, const MpiRuntime& mpi, const std::string& path,
+                   const std::vector<std::string>& command_sets, const std::vector<std::string>& overrides,
+                   const std::function<void(Config&)>& adjust) {
+  agree_on_user_errors(mpi, "reading the checkpoint's config", [&] {
+    check_use_sets(overrides);
+    m.saved = saved_model(path);
+    std::vector<std::string> sets = layout_resets();
+    sets.insert(sets.end(), command_sets.begin(), command_sets.end());
+    sets.insert(sets.end(), overrides.begin(), overrides.end());
+    m.cfg = load_config_text(m.saved.config_text, sets, mpi.world_size(),
+                             m.saved.huggingface ? path + "/config.json" : "the checkpoint's config");
+    adjust(m.cfg);  // no data.train needed (check_runnable's): nothing trains
+  });
 }
 
-// `adjust` edits the config (the command's own options) before anything is built from it.
 std::unique_ptr<LoadedModel> load_model(const MpiRuntime& mpi, const std::string& path,
+                                        const std::vector<std::string>& command_sets,
                                         const std::vector<std::string>& overrides,
                                         const std::function<void(Config&)>& adjust) {
   auto m = std::make_unique<LoadedModel>();
-  const bool huggingface = is_huggingface_folder(path);
-  agree_on_user_errors(mpi, "reading the checkpoint's config", [&] {
-    refuse_model_shape_sets(overrides);
-    std::vector<std::string> sets = layout_resets();
-    sets.insert(sets.end(), overrides.begin(), overrides.end());
-    m->cfg = load_config_text(saved_config_text(path, mpi.world_size()), sets, mpi.world_size(),
-                              huggingface ? path + "/config.json" : "the checkpoint's config");
-    adjust(m->cfg);  // no data.train needed (check_runnable's): nothing trains
-  });
+  settle_config(*m, mpi, path, command_sets, overrides, adjust);
   limit_blas_threads(mpi);
   const Config& cfg = m->cfg;
   agree_on_user_errors(mpi, "setting up the device", [&] { m->device = make_training_device(cfg, mpi); });
@@ -123,9 +157,10 @@ std::unique_ptr<LoadedModel> load_model(const MpiRuntime& mpi, const std::string
                                   gpt_dims_from_config(cfg), cfg.derived.micro_batch, cfg.model.recompute,
                                   engine_settings_from_config(cfg, backend.device(), mpi.local_size()));
   Engine& engine = *m->engine;
-  if (huggingface) {
+  if (m->saved.huggingface) {
     engine.init_weights(static_cast<uint64_t>(cfg.train.seed));  // state the folder lacks (none for GPT-2)
-    agree_on_user_errors(mpi, "reading the HuggingFace folder", [&] { read_pretrained_weights(path, engine); });
+    agree_on_user_errors(mpi, "reading the HuggingFace folder",
+                         [&] { read_pretrained_weights(path, engine, kSourceKey); });
     m->source = "the HuggingFace folder " + path;
   } else {
     LoopState state;
@@ -154,32 +189,54 @@ std::string sample_text(const Config& cfg, const BpeTokenizer* tokenizer, const 
   return fmt::format("{}", fmt::join(tokens, " "));
 }
 
+// The tokenizer samples are encoded and decoded with, checked against the model; errors name where
+// it came from.
+std::optional<BpeTokenizer> sample_tokenizer(const LoadedModel& m, const SampleOptions& o) {
+  const Config& cfg = m.cfg;
+  if (cfg.data.tokenizer.empty()) return std::nullopt;
+  const bool set = std::any_of(o.overrides.begin(), o.overrides.end(),
+                               [](const std::string& s) { return s.rfind("data.tokenizer=", 0) == 0; });
+  const std::string key = !o.tokenizer.empty() ? "--tokenizer"
+                          : set                ? "data.tokenizer"
+                          : m.saved.huggingface ? "the HuggingFace folder's tokenizer"
+                                                : "data.tokenizer (the checkpoint's config; --tokenizer gives another)";
+  BpeTokenizer tokenizer = BpeTokenizer::load(cfg.data.tokenizer, key);
+  if (tokenizer.vocab_size() > cfg.model.vocab_size)
+    throw UserError(fmt::format("{}: {} has {} token ids, more than the model's {}: it is not the tokenizer the model "
+                                "was trained with",
+                                key, tokenizer.source(), tokenizer.vocab_size(), cfg.model.vocab_size));
+  return tokenizer;
+}
+
+// Writes `text` to standard output: 0, or the errno of a failed write (EPIPE: the reader has gone).
+int write_stdout(const std::string& text) {
+  errno = 0;
+  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return 0;
+  return errno != 0 ? errno : EIO;
+}
+
+void check_sample_vocabulary(const Config& cfg) {
+  if (cfg.model.vocab_size < kByteVocabSize && cfg.data.tokenizer.empty())
+    throw UserError(fmt::format("{}: the model has {} token ids: samples start from byte-level text, which needs "
+                                "256 or more (or a tokenizer: --tokenizer)",
+                                kSourceKey, cfg.model.vocab_size));
+  if (!cfg.logging.sample_prompt.empty() && cfg.model.vocab_size > kByteVocabSize && cfg.data.tokenizer.empty())
+    throw UserError(fmt::format("--prompt: the model has {} token ids and no tokenizer is known (the checkpoint's "
+                                "config names none): give --tokenizer with the one it was trained with",
+                                cfg.model.vocab_size));
+}
+
 }  // namespace
 
 int run_sample(const MpiRuntime& mpi, const SampleOptions& o) {
-  const auto m = load_model(mpi, o.checkpoint, o.overrides, [&](Config& cfg) {
+  // One sequence at a time: a micro-batch of one unless --set says otherwise.
+  const auto m = load_model(mpi, o.checkpoint, {"train_micro_batch_size_per_gpu=1"}, o.overrides, [&](Config& cfg) {
     if (!o.tokenizer.empty()) cfg.data.tokenizer = o.tokenizer;
     cfg.logging.sample_prompt = o.prompt;
-    if (cfg.model.vocab_size < kByteVocabSize && cfg.data.tokenizer.empty())
-      throw UserError(fmt::format("{}: the model has {} token ids: samples start from byte-level text, which needs "
-                                  "256 or more (or a tokenizer: --tokenizer)",
-                                  kSourceKey, cfg.model.vocab_size));
-    if (!o.prompt.empty() && cfg.model.vocab_size > kByteVocabSize && cfg.data.tokenizer.empty())
-      throw UserError(fmt::format("--prompt: the model has {} token ids and no tokenizer is known (the checkpoint's "
-                                  "config names none): give --tokenizer with the one it was trained with",
-                                  cfg.model.vocab_size));
+    check_sample_vocabulary(cfg);
   });
   std::optional<BpeTokenizer> tokenizer;
-  agree_on_user_errors(mpi, "loading the tokenizer", [&] {
-    try {
-      tokenizer = open_tokenizer(m->cfg);
-    } catch (const UserError& e) {
-      const std::string what = e.what();
-      const std::string key = "data.tokenizer: ";
-      if (!o.tokenizer.empty() && what.rfind(key, 0) == 0) throw UserError("--tokenizer: " + what.substr(key.size()));
-      throw UserError(what + " (the checkpoint's config names it; give --tokenizer PATH for one here)");
-    }
-  });
+  agree_on_user_errors(mpi, "loading the tokenizer", [&] { tokenizer = sample_tokenizer(*m, o); });
   const BpeTokenizer* tok = tokenizer ? &*tokenizer : nullptr;
   if (mpi.world_rank() == 0)
     std::fprintf(stderr, "sampling %d x %d tokens from %s, %s\n", o.count, o.tokens, m->source.c_str(),
@@ -187,21 +244,28 @@ int run_sample(const MpiRuntime& mpi, const SampleOptions& o) {
   // One stream for the job: every rank draws the same tokens (TP and PP ranks run the forward together).
   Rng rng(static_cast<uint64_t>(o.seed), rng_stream_id("sample"));
   const SamplingRule rule{o.temperature, o.top_k};
+  // After each sample the ranks agree whether rank 0 could write it: a reader that has gone (`| head`)
+  // ends the job quietly, any other failed write with an error.
+  WorldVote written(mpi);
+  int write_error = 0;
   for (int i = 0; i < o.count; ++i) {
     const std::optional<std::vector<int32_t>> tokens =
         sample_tokens(*m->engine, sample_start(m->cfg, tok), o.tokens, rng, [] { return false; }, rule);
-    if (mpi.world_rank() != 0) continue;
-    if (i > 0) std::fputs("---\n", stdout);
-    std::string text = sample_text(m->cfg, tok, *tokens);
-    if (text.empty() || text.back() != '\n') text += '\n';
-    std::fputs(text.c_str(), stdout);
-    std::fflush(stdout);
+    if (mpi.world_rank() == 0) {
+      std::string text = (i > 0 ? "---\n" : "") + sample_text(m->cfg, tok, *tokens);
+      if (text.empty() || text.back() != '\n') text += '\n';
+      write_error = write_stdout(text);
+    }
+    if (written.any_yes(written.post(write_error != 0))) break;
   }
-  return 0;
+  written.finish();
+  if (write_error == 0 || write_error == EPIPE) return 0;
+  log_error("writing the samples to standard output: {}", std::strerror(write_error));
+  return kExitUserError;
 }
 
 int run_eval(const MpiRuntime& mpi, const EvalOptions& o) {
-  const auto m = load_model(mpi, o.checkpoint, o.overrides, [&](Config& cfg) {
+  const auto m = load_model(mpi, o.checkpoint, {}, o.overrides, [&](Config& cfg) {
     if (o.data.empty() && cfg.data.val.empty())
       throw UserError(fmt::format("{}: {}: its config names no validation split (data.val): give one with --data "
                                   "'DIR/val_*.bin'",
@@ -216,18 +280,23 @@ int run_eval(const MpiRuntime& mpi, const EvalOptions& o) {
     data = TokenDataset::open(pattern, cfg.model.vocab_size, key);
     GlobalSampler(*data, cfg.model.seq_len, false, 0);  // at least one sequence, or a UserError saying so
   });
-  const int64_t sequences = eval_sequences(cfg);
+  // The run's own global batches (a HuggingFace folder's are 8 sequences), whatever the ranks now.
+  const int64_t sequences = eval_sequences(cfg.train.eval_iters, m->saved.global_batch);
   const Timer t;
   const Topology& topology = *m->topology;
   const double loss = *evaluate_loss(
       *m->engine, *data, cfg.model.seq_len, cfg.derived.micro_batch, sequences, m->topology->world(),
       topology.coord().dp, cfg.derived.dp_size, m->engine->zero_stage() == 3,
       [&](int dp) { return grid_rank(topology.shape(), {dp, cfg.derived.pp_size - 1, 0}); }, [] { return false; });
+  if (mpi.world_rank() != 0) return 0;
   const int64_t evaluated = std::min<int64_t>(sequences, GlobalSampler(*data, cfg.model.seq_len, false, 0).num_sequences());
-  log_info("{} on {}: {}", m->source, device_text(*m), pattern);
-  log_info("val loss {:.6f} | perplexity {:.4g} | {} sequences of {} tokens | {:.1f}s", loss, std::exp(loss), evaluated,
-           cfg.model.seq_len, t.seconds());
-  return 0;
+  log_flush();  // the lines below follow whatever was logged before them
+  const int error = write_stdout(fmt::format(
+      "{} on {}: {}\nval loss {:.6f} | perplexity {:.4g} | {} sequences of {} tokens | {:.1f}s\n", m->source,
+      device_text(*m), pattern, loss, std::exp(loss), evaluated, cfg.model.seq_len, t.seconds()));
+  if (error == 0) return 0;
+  log_error("writing the result to standard output: {}", std::strerror(error));
+  return kExitUserError;
 }
 
 }  // namespace strata

@@ -9,13 +9,11 @@
 
 namespace strata {
 
-int64_t eval_sequences(const Config& cfg) {
+int64_t eval_sequences(int64_t eval_iters, int64_t global_batch) {
   // eval_iters is bounded only by int64: a count past the val split means all of it, and the
   // product must not wrap into a negative one.
-  const int64_t global_batch = cfg.derived.global_batch;
-  return cfg.train.eval_iters > std::numeric_limits<int64_t>::max() / global_batch
-             ? std::numeric_limits<int64_t>::max()
-             : cfg.train.eval_iters * global_batch;
+  return eval_iters > std::numeric_limits<int64_t>::max() / global_batch ? std::numeric_limits<int64_t>::max()
+                                                                         : eval_iters * global_batch;
 }
 
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,

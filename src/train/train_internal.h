@@ -101,8 +101,9 @@ LoopState read_training_checkpoint(const std::string& path, const std::string& s
 // model.init_from: the parameters this rank holds, from a HuggingFace GPT-2 folder (every
 // tensor of the model present with its shape, no tensor the model lacks; wpe may hold more
 // positions than seq_len, wte more rows than vocab_size: the first are read). The optimizer state
-// is left as it is (fresh); call engine.params_loaded() after. UserError on any mismatch.
-void read_pretrained_weights(const std::string& dir, Engine& engine);
+// is left as it is (fresh); call engine.params_loaded() after. UserError on any mismatch, naming
+// source_key.
+void read_pretrained_weights(const std::string& dir, Engine& engine, const std::string& source_key = "model.init_from");
 // Writes grads with HF names (wte cut to vocab_size rows) to a safetensors file, divided by
 // `divisor` (the loss scale they carry under fp16, over the multiplier still to come after the
 // data-parallel reduction) so that they are the true gradients.
@@ -122,7 +123,7 @@ using StopCheck = std::function<bool()>;
 // counts from the world rank loss_rank(dp rank). nullopt when `stop` interrupted it.
 // The sequences an evaluation reads: train.eval_iters global batches, as Megatron counts them (a
 // set that does not move with the micro-batch, so the points of a sweep over it compare).
-int64_t eval_sequences(const Config& cfg);
+int64_t eval_sequences(int64_t eval_iters, int64_t global_batch);
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t sequences, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop);

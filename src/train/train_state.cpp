@@ -237,9 +237,9 @@ LoopState read_training_checkpoint(const std::string& path, const std::string& s
   }
 }
 
-void read_pretrained_weights(const std::string& dir, Engine& engine) {
-  const CheckpointReader reader = CheckpointReader::open_huggingface(dir, "model.init_from");
-  const std::string where = "model.init_from: " + reader.path();
+void read_pretrained_weights(const std::string& dir, Engine& engine, const std::string& source_key) {
+  const CheckpointReader reader = CheckpointReader::open_huggingface(dir, source_key);
+  const std::string where = source_key + ": " + reader.path();
   const GptDims& dims = engine.model().dims();
   const nlohmann::json& folder = reader.global_meta().at("model");
   // The head count shapes no tensor, so only config.json can say the model splits them otherwise.

@@ -152,7 +152,7 @@ bool Trainer::evaluate(int64_t step) {
   const Timer t;
   const std::optional<double> val_loss =
       evaluate_loss(engine_, *val_data_, dims_.seq_len, cfg_.derived.micro_batch,
-                    eval_sequences(cfg_), topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
+                    eval_sequences(cfg_.train.eval_iters, cfg_.derived.global_batch), topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
                     // the replica's first TP rank on the last pipeline stage
                     [this](int dp) { return grid_rank(topology_.shape(), {dp, cfg_.derived.pp_size - 1, 0}); },
                     [this] { return agree_to_stop(); });

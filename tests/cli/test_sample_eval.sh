@@ -45,11 +45,15 @@ for layout in parallelism.tensor_model_parallel_size=2 parallelism.pipeline_mode
   cmp "$WORK/one.txt" "$WORK/two.txt" || fail "the sample on $layout differs"
 done
 
+# Any rank count: 3 ranks do not divide the run's global batch of 8, which eval still reads.
+run_expect 0 mpi 3 "$STRATA" eval --checkpoint "$WORK/ck"
+expect_contains "$OUT" "val loss $(val_loss 12) |"
+
 # The exported HuggingFace folder: the same loss over the same sequences (given the split; its
-# global batch is 4 sequences a rank) and the same sample.
+# global batch is 8 sequences, on any number of ranks) and the same sample.
 run_expect 0 "$STRATA" export --checkpoint "$WORK/ck" --out "$WORK/hf"
-run_expect 0 "$STRATA" eval --checkpoint "$WORK/hf" --data "$WORK/data/val_*.bin" --iters 2
-expect_contains "$OUT" "the HuggingFace folder $WORK/hf on 1 rank(s)"
+run_expect 0 mpi 2 "$STRATA" eval --checkpoint "$WORK/hf" --data "$WORK/data/val_*.bin" --iters 1
+expect_contains "$OUT" "the HuggingFace folder $WORK/hf on 2 rank(s)"
 expect_contains "$OUT" "$first_batch"
 expect_contains "$OUT" "| 8 sequences of 32 tokens |"
 "$STRATA" sample --checkpoint "$WORK/hf" --prompt "line 1" --tokens 24 --seed 3 2>/dev/null > "$WORK/hf.txt"
@@ -64,6 +68,23 @@ greedy="$(sample --temperature 0 --seed 3)"
 [ "$greedy" = "$(sample --top-k 1 --seed 4)" ] || fail "top-k 1 is not the most likely token"
 [ "$greedy" != "$(sample --seed 3)" ] || fail "temperature 1 drew the most likely tokens"
 [ "$(sample --count 3 | grep -c '^---$')" -eq 2 ] || fail "--count 3 did not print three samples"
+# Every byte drawn is written, zero bytes too (at temperature 1000 the draws are nearly uniform:
+# this one holds a zero), and 3 ranks sample as one does.
+"$STRATA" sample --checkpoint "$WORK/ck" --prompt "line 1" --tokens 400 --temperature 1000 --seed 1 2>/dev/null \
+  > "$WORK/uniform.bin"
+bytes="$(wc -c < "$WORK/uniform.bin")"
+[ "$bytes" -ge 406 ] || fail "400 sampled bytes after a 6-byte prompt came out as $bytes"
+[ "$(od -An -tu1 -v "$WORK/uniform.bin" | tr -s ' ' '\n' | grep -cx 0)" -ge 1 ] || fail "the sample holds no zero byte"
+[ "$(mpi 3 "$STRATA" sample --checkpoint "$WORK/ck" --prompt "line 1" --tokens 24 --seed 3 2>/dev/null)" = "$(cat "$WORK/one.txt")" ] ||
+  fail "3 ranks sampled another text"
+# A reader that has gone ends the samples (quietly); a write that fails is an error.
+start=$SECONDS
+sample --count 100000 | head -1 >/dev/null
+[ $((SECONDS - start)) -lt 20 ] || fail "sampling went on for $((SECONDS - start)) s after its reader had gone"
+if [ -w /dev/full ]; then
+  run_expect 2 sh -c "\"\$0\" sample --checkpoint \"\$1\" --tokens 4 >/dev/full" "$STRATA" "$WORK/ck"
+  expect_contains "$OUT" "writing the samples to standard output: No space left on device"
+fi
 
 # User errors.
 run_expect 2 "$STRATA" eval --checkpoint "$WORK/none"
@@ -79,4 +100,10 @@ run_expect 2 "$STRATA" sample --checkpoint "$WORK/ck" --tokenizer "$WORK/none.js
 expect_contains "$OUT" "--tokenizer: $WORK/none.json: does not exist"
 run_expect 2 "$STRATA" sample --checkpoint "$WORK/ck" --tokens 0
 expect_contains "$OUT" "--tokens: Value 0 not in range"
+run_expect 2 "$STRATA" sample --checkpoint "$WORK/ck" --temperature nan
+expect_contains "$OUT" "--temperature: expected a finite number, 0 or more"
+run_expect 2 "$STRATA" sample --checkpoint "$WORK/ck" --seed 99999999999999999999
+expect_contains "$OUT" "--seed: expected a whole number from 0 to 9223372036854775807"
+run_expect 2 "$STRATA" eval --checkpoint "$WORK/ck" --set logging.metrics_file="$WORK/x.jsonl"
+expect_contains "$OUT" "--set logging.metrics_file=$WORK/x.jsonl: changes nothing here (nothing trains)"
 echo "sample and eval: the run's val losses and sample, on 1 and 2 ranks and from the HuggingFace export"
