@@ -152,12 +152,13 @@ std::shared_ptr<const TokenDataset::Mapping> open_shard(const std::string& path,
           : check_vocab(reinterpret_cast<const uint32_t*>(mapping->tokens()), count, vocab_size);
   if (vocab.first_bad >= 0) {
     // `strata data decode` opens shards under its own key, where no model.vocab_size applies.
-    // `strata eval --data` evaluates a trained model, whose vocabulary is not for changing.
+    // Data a config names (data.train, data.val) is for a model yet to be built, whose vocabulary the
+    // config may grow; data a command's flag names (strata eval --data) is for a trained model.
     const std::string advice =
         key.rfind("data decode", 0) == 0
             ? "the shards were encoded with a larger vocabulary: decode them with the tokenizer that encoded them "
               "(--tokenizer; without it ids are bytes, 0-255)"
-        : key == "--data"
+        : key.rfind("data.", 0) != 0
             ? "the data was encoded with another tokenizer than the model's: re-encode it with the model's"
             : "the data was encoded with another tokenizer: re-encode it for this model, or set model.vocab_size to "
               "at least " + std::to_string(vocab.largest + 1) + ", the shard's largest token + 1";

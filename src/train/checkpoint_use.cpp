@@ -29,8 +29,8 @@ constexpr int64_t kHuggingFaceGlobalBatch = 8;
 
 // A checkpoint's own layout is left behind: the model runs as data parallelism over the ranks it is
 // given (TP, PP and ZeRO only as --set asks; a micro-batch a rank at a time, the batch of no
-// training), on the device this machine has, and touches no checkpoint folder, metrics file or
-// pretrained folder of the run that saved it.
+// training), on the device this machine has, and touches no checkpoint folder, metrics file,
+// offload folder or pretrained folder of the run that saved it.
 const std::vector<std::string>& layout_resets() {
   static const std::vector<std::string> resets = {
       "parallelism.tensor_model_parallel_size=1", "parallelism.pipeline_model_parallel_size=1",
@@ -38,6 +38,7 @@ const std::vector<std::string>& layout_resets() {
       "parallelism.pipeline.virtual_stages=1",    "parallelism.pipeline.partition=uniform",
       "zero_optimization.stage=0",                "zero_optimization.offload_optimizer.device=none",
       "zero_optimization.offload_param.device=none", "activation_checkpointing.partition_activations=false",
+      "zero_optimization.offload_optimizer.nvme_path=", "zero_optimization.offload_param.nvme_path=",
       "train_batch_size=auto",                    "gradient_accumulation_steps=1",
       "device=auto",                              "comm.backend=auto",
       "checkpoint.dir=",                          "checkpoint.resume=none",
@@ -49,24 +50,30 @@ const std::vector<std::string>& layout_resets() {
   return resets;
 }
 
-// The --set keys that change what sample and eval do: the layout and its memory, the device, the
-// precision, the tokenizer and the split. The rest are training's (an optimizer, a schedule, a
-// checkpoint folder, a metrics file) or the model's shape: refused rather than ignored.
-void check_use_sets(const std::vector<std::string>& overrides) {
+// The --set keys that change what a command does: the layout and its memory, the device, the
+// precision, and each command's own (eval's split, sample's tokenizer). The rest are training's
+// (an optimizer, a schedule, a checkpoint folder, a metrics file) or the model's shape: refused
+// rather than ignored.
+void check_use_sets(const std::vector<std::string>& overrides, const std::vector<std::string>& own_keys) {
   static const std::vector<std::string> sections = {"parallelism", "zero_optimization", "activation_checkpointing",
                                                     "comm"};
-  static const std::vector<std::string> keys = {"device", "fp16.enabled", "bf16.enabled", "model.recompute",
-                                                "model.attention_probabilities", "train_micro_batch_size_per_gpu",
-                                                "data.val", "data.tokenizer", "train.eval_iters"};
+  std::vector<std::string> keys = {"device", "fp16.enabled", "bf16.enabled", "model.recompute",
+                                   "model.attention_probabilities", "train_micro_batch_size_per_gpu"};
+  keys.insert(keys.end(), own_keys.begin(), own_keys.end());
   for (const std::string& set : overrides) {
     const std::string key = set.substr(0, set.find('='));
     const std::string section = key.substr(0, key.find('.'));
+    // Forwards alone follow no schedule of steps: a pipeline here is 1F1B's stages, a chunk each.
+    if (key == "parallelism.pipeline.schedule" || key == "parallelism.pipeline.virtual_stages")
+      throw UserError(fmt::format("--set {}: forwards alone follow no schedule; a pipeline here runs one model chunk "
+                                  "per stage (set parallelism.pipeline_model_parallel_size only)",
+                                  set));
     if (std::find(sections.begin(), sections.end(), section) != sections.end() ||
         std::find(keys.begin(), keys.end(), key) != keys.end())
       continue;
     if (section == "model" && key != "model.init_from")
       throw UserError(fmt::format("--set {}: the model's shape is the checkpoint's; it cannot be changed here", set));
-    throw UserError(fmt::format("--set {}: changes nothing here (nothing trains); these keys do: {}.*, {}", set,
+    throw UserError(fmt::format("--set {}: changes nothing here; the keys that do: {}.*, {}", set,
                                 fmt::join(sections, ".*, "), fmt::join(keys, ", ")));
   }
 }
@@ -82,18 +89,28 @@ struct SavedModel {
   std::string config_text;
   int64_t global_batch = kHuggingFaceGlobalBatch;
   bool huggingface = false;
+  // A strata checkpoint's step folder, found once (a folder's `latest` may move on while a run
+  // saves into it), and its step; a HuggingFace folder as given, step -1.
+  std::string dir;
+  int64_t step = -1;
 };
 
 SavedModel saved_model(const std::string& path) {
   SavedModel saved;
   saved.huggingface = is_huggingface_folder(path);
+  saved.dir = path;
   if (saved.huggingface) {
     const nlohmann::json model = CheckpointReader::open_huggingface(path, kSourceKey).global_meta().at("model");
-    saved.config_text = fmt::format("train_micro_batch_size_per_gpu: 4\n"
-                                    "model: {{n_layer: {}, n_head: {}, d_model: {}, vocab_size: {}, seq_len: {}}}\n",
-                                    model.at("n_layer").get<int>(), model.at("n_head").get<int>(),
-                                    model.at("d_model").get<int>(), model.at("vocab_size").get<int>(),
-                                    model.at("seq_len").get<int>());
+    try {
+      saved.config_text = fmt::format("train_micro_batch_size_per_gpu: 4\n"
+                                      "model: {{n_layer: {}, n_head: {}, d_model: {}, vocab_size: {}, seq_len: {}}}\n",
+                                      model.at("n_layer").get<int>(), model.at("n_head").get<int>(),
+                                      model.at("d_model").get<int>(), model.at("vocab_size").get<int>(),
+                                      model.at("seq_len").get<int>());
+    } catch (const nlohmann::json::exception& e) {
+      throw UserError(fmt::format("{}: {}/config.json: a dimension is not a whole number ({})", kSourceKey, path,
+                                  e.what()));
+    }
     const fs::path dir(path);
     if (fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.json"))
       saved.config_text += "data: {tokenizer: " + nlohmann::json(path).dump() + "}\n";
@@ -106,10 +123,19 @@ SavedModel saved_model(const std::string& path) {
                                 "with strata export and give the exported folder",
                                 kSourceKey, reader.path()));
   saved.config_text = meta.at("config").get<std::string>();
+  saved.dir = reader.path();
+  saved.step = reader.step();
   saved.global_batch = load_config_text(saved.config_text, {}, reader.saved_world_size(), "the checkpoint's config")
                            .derived.global_batch;
   return saved;
 }
+
+// What a command adds to the config: `sets` after the resets, and the keys of its own that
+// --set may change.
+struct CommandSets {
+  std::vector<std::string> sets;
+  std::vector<std::string> own_keys;
+};
 
 // The model of a checkpoint, laid out over this job's ranks and loaded.
 struct LoadedModel {
@@ -123,27 +149,38 @@ struct LoadedModel {
 
 // The config: the saved one, its layout reset, then `command_sets` (the command's own choices),
 // then the user's --set, then `adjust` (the command's options).
-void settle_config(LoadedModel& m, const MpiRuntime& mpi, const std::string& path,
-                   const std::vector<std::string>& command_sets, const std::vector<std::string>& overrides,
-                   const std::function<void(Config&)>& adjust) {
+void settle_config(LoadedModel& m, const MpiRuntime& mpi, const std::string& path, const CommandSets& command,
+                   const std::vector<std::string>& overrides, const std::function<void(Config&)>& adjust) {
   agree_on_user_errors(mpi, "reading the checkpoint's config", [&] {
-    check_use_sets(overrides);
+    check_use_sets(overrides, command.own_keys);
     m.saved = saved_model(path);
     std::vector<std::string> sets = layout_resets();
-    sets.insert(sets.end(), command_sets.begin(), command_sets.end());
+    sets.insert(sets.end(), command.sets.begin(), command.sets.end());
     sets.insert(sets.end(), overrides.begin(), overrides.end());
     m.cfg = load_config_text(m.saved.config_text, sets, mpi.world_size(),
                              m.saved.huggingface ? path + "/config.json" : "the checkpoint's config");
     adjust(m.cfg);  // no data.train needed (check_runnable's): nothing trains
   });
+  // Each rank read the folder on its own: on nodes with copies of their own, or beside a run that
+  // saves into it, they could have found different checkpoints (mixing their slices) or configs.
+  if (mpi.world_size() == 1) return;
+  const std::string found = config_to_yaml(m.cfg) + m.saved.dir;
+  Checksum64 hash;
+  hash.update(found.data(), found.size());
+  const std::vector<int64_t> all = mpi.all_gather({m.saved.step, static_cast<int64_t>(hash.digest())});
+  const int r = first_rank_unlike_rank0(all, 2);
+  if (r < 0) return;
+  throw UserError(fmt::format("{}: {}: rank {} found another checkpoint or config than rank 0 (step {} against {}): "
+                              "give a step folder that every node sees the same, on storage they share",
+                              kSourceKey, path, r, all[static_cast<size_t>(r) * 2], all[0]),
+                  RaisedOn::EveryRank);
 }
 
-std::unique_ptr<LoadedModel> load_model(const MpiRuntime& mpi, const std::string& path,
-                                        const std::vector<std::string>& command_sets,
+std::unique_ptr<LoadedModel> load_model(const MpiRuntime& mpi, const std::string& path, const CommandSets& command,
                                         const std::vector<std::string>& overrides,
                                         const std::function<void(Config&)>& adjust) {
   auto m = std::make_unique<LoadedModel>();
-  settle_config(*m, mpi, path, command_sets, overrides, adjust);
+  settle_config(*m, mpi, path, command, overrides, adjust);
   limit_blas_threads(mpi);
   const Config& cfg = m->cfg;
   agree_on_user_errors(mpi, "setting up the device", [&] { m->device = make_training_device(cfg, mpi); });
@@ -163,10 +200,9 @@ std::unique_ptr<LoadedModel> load_model(const MpiRuntime& mpi, const std::string
                          [&] { read_pretrained_weights(path, engine, kSourceKey); });
     m->source = "the HuggingFace folder " + path;
   } else {
-    LoopState state;
     agree_on_user_errors(mpi, "reading the checkpoint",
-                         [&] { state = read_training_checkpoint(path, kSourceKey, engine, mpi.world_rank()); });
-    m->source = fmt::format("step {} of {}", state.step, CheckpointReader::open(path, kSourceKey).path());
+                         [&] { read_training_checkpoint(m->saved.dir, kSourceKey, engine, mpi.world_rank()); });
+    m->source = fmt::format("step {} of {}", m->saved.step, m->saved.dir);
   }
   engine.params_loaded();
   const std::string bad = engine.first_nonfinite_state();
@@ -230,7 +266,8 @@ void check_sample_vocabulary(const Config& cfg) {
 
 int run_sample(const MpiRuntime& mpi, const SampleOptions& o) {
   // One sequence at a time: a micro-batch of one unless --set says otherwise.
-  const auto m = load_model(mpi, o.checkpoint, {"train_micro_batch_size_per_gpu=1"}, o.overrides, [&](Config& cfg) {
+  const CommandSets command{{"train_micro_batch_size_per_gpu=1"}, {"data.tokenizer"}};
+  const auto m = load_model(mpi, o.checkpoint, command, o.overrides, [&](Config& cfg) {
     if (!o.tokenizer.empty()) cfg.data.tokenizer = o.tokenizer;
     cfg.logging.sample_prompt = o.prompt;
     check_sample_vocabulary(cfg);
@@ -246,7 +283,6 @@ int run_sample(const MpiRuntime& mpi, const SampleOptions& o) {
   const SamplingRule rule{o.temperature, o.top_k};
   // After each sample the ranks agree whether rank 0 could write it: a reader that has gone (`| head`)
   // ends the job quietly, any other failed write with an error.
-  WorldVote written(mpi);
   int write_error = 0;
   for (int i = 0; i < o.count; ++i) {
     const std::optional<std::vector<int32_t>> tokens =
@@ -256,22 +292,22 @@ int run_sample(const MpiRuntime& mpi, const SampleOptions& o) {
       if (text.empty() || text.back() != '\n') text += '\n';
       write_error = write_stdout(text);
     }
-    if (written.any_yes(written.post(write_error != 0))) break;
+    if (mpi.all_gather({write_error})[0] != 0) break;  // rank 0's
   }
-  written.finish();
   if (write_error == 0 || write_error == EPIPE) return 0;
   log_error("writing the samples to standard output: {}", std::strerror(write_error));
   return kExitUserError;
 }
 
 int run_eval(const MpiRuntime& mpi, const EvalOptions& o) {
-  const auto m = load_model(mpi, o.checkpoint, {}, o.overrides, [&](Config& cfg) {
+  const auto adjust = [&](Config& cfg) {
     if (o.data.empty() && cfg.data.val.empty())
       throw UserError(fmt::format("{}: {}: its config names no validation split (data.val): give one with --data "
                                   "'DIR/val_*.bin'",
                                   kSourceKey, o.checkpoint));
     if (o.iters > 0) cfg.train.eval_iters = o.iters;
-  });
+  };
+  const auto m = load_model(mpi, o.checkpoint, CommandSets{{}, {"data.val", "train.eval_iters"}}, o.overrides, adjust);
   const Config& cfg = m->cfg;
   const std::string pattern = o.data.empty() ? cfg.data.val : o.data;
   const std::string key = o.data.empty() ? "data.val" : "--data";
@@ -280,6 +316,13 @@ int run_eval(const MpiRuntime& mpi, const EvalOptions& o) {
     data = TokenDataset::open(pattern, cfg.model.vocab_size, key);
     GlobalSampler(*data, cfg.model.seq_len, false, 0);  // at least one sequence, or a UserError saying so
   });
+  // Ranks reading copies of their own must read the same tokens: the batches are split among them.
+  const std::vector<int64_t> tokens = mpi.all_gather({data->num_tokens()});
+  if (const int r = first_rank_unlike_rank0(tokens, 1); r >= 0)
+    throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a shared "
+                                "file system, or identical copies on every node)",
+                                key, r, tokens[static_cast<size_t>(r)], tokens[0]),
+                    RaisedOn::EveryRank);
   // The run's own global batches (a HuggingFace folder's are 8 sequences), whatever the ranks now.
   const int64_t sequences = eval_sequences(cfg.train.eval_iters, m->saved.global_batch);
   const Timer t;

@@ -58,11 +58,8 @@ std::vector<int32_t> sample_start(const Config& cfg, const BpeTokenizer* tokeniz
   return {cfg.model.vocab_size - 1};
 }
 
-namespace {
-
-// The next token from the last position's logits under `rule`; `probs` is scratch of the
-// vocabulary's size. At temperature 1 over every token the arithmetic is the plain softmax draw
-// (the samples of a run do not depend on the rule's existence).
+// At temperature 1 over every token the arithmetic is the old sampler's, so that the samples of a
+// run do not depend on the rule's existence.
 int32_t draw_token(const std::vector<float>& logits, const SamplingRule& rule, Rng& rng, std::vector<double>& probs) {
   const int vocab = static_cast<int>(logits.size());
   const auto most = std::max_element(logits.begin(), logits.end());
@@ -94,8 +91,6 @@ int32_t draw_token(const std::vector<float>& logits, const SamplingRule& rule, R
   }
   return last;  // the rounding of the sum left u just short of it
 }
-
-}  // namespace
 
 std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, std::vector<int32_t> start, int count, Rng& rng,
                                                   const StopCheck& stop, const SamplingRule& rule) {

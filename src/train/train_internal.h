@@ -113,6 +113,9 @@ void dump_gradients(const std::string& path, Gpt& model, double divisor);
 // round, each sampled token); true when the ranks agreed to stop, and the task is abandoned.
 using StopCheck = std::function<bool()>;
 
+// The sequences an evaluation reads: train.eval_iters global batches, as Megatron counts them (a
+// set that does not move with the micro-batch, so the points of a sweep over it compare).
+int64_t eval_sequences(int64_t eval_iters, int64_t global_batch);
 // Mean loss over the split's first `sequences` sequences (all of them if it has fewer), read in
 // micro-batches: the same set, and the same value, whatever the micro-batch or layout. The DP
 // replicas share the batches (the TP ranks of one replica run each batch together) and gather the
@@ -121,9 +124,6 @@ using StopCheck = std::function<bool()>;
 // of forwards (needed when forward communicates over DP, as with ZeRO-3). Each batch runs the
 // engine's forward (every pipeline stage and TP rank of a replica calls it); a batch's loss
 // counts from the world rank loss_rank(dp rank). nullopt when `stop` interrupted it.
-// The sequences an evaluation reads: train.eval_iters global batches, as Megatron counts them (a
-// set that does not move with the micro-batch, so the points of a sweep over it compare).
-int64_t eval_sequences(int64_t eval_iters, int64_t global_batch);
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
                                     int64_t sequences, Comm& world, int dp_rank, int dp_size, bool lockstep,
                                     const std::function<int(int)>& loss_rank, const StopCheck& stop);
@@ -139,6 +139,10 @@ struct SamplingRule {
   double temperature = 1.0;
   int top_k = 0;
 };
+// The next token from the last position's `logits` (the real vocabulary's, fp32) under `rule`;
+// `probs` is scratch of their size. At temperature 1 over every token it is the plain softmax
+// draw. Logits are finite (a NaN one is never drawn).
+int32_t draw_token(const std::vector<float>& logits, const SamplingRule& rule, Rng& rng, std::vector<double>& probs);
 // Continues `start` by `count` tokens drawn by `rule` and returns those `count` tokens.
 // Under TP every rank of the group calls it (the logits' slices are gathered) and gets the same
 // tokens. nullopt when `stop` interrupted it.

@@ -45,6 +45,19 @@ for layout in parallelism.tensor_model_parallel_size=2 parallelism.pipeline_mode
   cmp "$WORK/one.txt" "$WORK/two.txt" || fail "the sample on $layout differs"
 done
 
+# A checkpoint an interleaved pipeline saved (2 stages, 2 chunks each) evaluates on one rank to the
+# loss that run logged; a --set of what matters here (the precision) is taken.
+write_small_config "$WORK/pp.yaml" "$WORK/data" "train: {iters: 4, seed: 3, eval_interval: 4}" \
+  "checkpoint: {dir: \"$WORK/ck_pp\", save_interval: 4}" "logging: {metrics_file: \"$WORK/pp.jsonl\"}" \
+  "parallelism: {pipeline_model_parallel_size: 2, pipeline: {schedule: interleaved, virtual_stages: 2}}"
+run_expect 0 mpi 2 "$STRATA" train --config "$WORK/pp.yaml" --set model.n_layer=4
+pp_loss="$(python3 -c 'import json, sys
+print("%.6f" % [json.loads(l) for l in open(sys.argv[1]) if "\"eval\"" in l][-1]["val_loss"])' "$WORK/pp.jsonl")"
+run_expect 0 "$STRATA" eval --checkpoint "$WORK/ck_pp"
+expect_contains "$OUT" "val loss $pp_loss |"
+run_expect 0 "$STRATA" eval --checkpoint "$WORK/ck_pp" --set bf16.enabled=true
+expect_contains "$OUT" "val loss "
+
 # Any rank count: 3 ranks do not divide the run's global batch of 8, which eval still reads.
 run_expect 0 mpi 3 "$STRATA" eval --checkpoint "$WORK/ck"
 expect_contains "$OUT" "val loss $(val_loss 12) |"
@@ -80,6 +93,7 @@ bytes="$(wc -c < "$WORK/uniform.bin")"
 # A reader that has gone ends the samples (quietly); a write that fails is an error.
 start=$SECONDS
 sample --count 100000 | head -1 >/dev/null
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "sampling into a reader that went exited ${PIPESTATUS[0]}"
 [ $((SECONDS - start)) -lt 20 ] || fail "sampling went on for $((SECONDS - start)) s after its reader had gone"
 if [ -w /dev/full ]; then
   run_expect 2 sh -c "\"\$0\" sample --checkpoint \"\$1\" --tokens 4 >/dev/full" "$STRATA" "$WORK/ck"
@@ -105,5 +119,9 @@ expect_contains "$OUT" "--temperature: expected a finite number, 0 or more"
 run_expect 2 "$STRATA" sample --checkpoint "$WORK/ck" --seed 99999999999999999999
 expect_contains "$OUT" "--seed: expected a whole number from 0 to 9223372036854775807"
 run_expect 2 "$STRATA" eval --checkpoint "$WORK/ck" --set logging.metrics_file="$WORK/x.jsonl"
-expect_contains "$OUT" "--set logging.metrics_file=$WORK/x.jsonl: changes nothing here (nothing trains)"
+expect_contains "$OUT" "--set logging.metrics_file=$WORK/x.jsonl: changes nothing here; the keys that do:"
+run_expect 2 "$STRATA" sample --checkpoint "$WORK/ck" --set train.eval_iters=3
+expect_contains "$OUT" "--set train.eval_iters=3: changes nothing here"
+run_expect 2 "$STRATA" eval --checkpoint "$WORK/ck" --set parallelism.pipeline.schedule=interleaved
+expect_contains "$OUT" "forwards alone follow no schedule"
 echo "sample and eval: the run's val losses and sample, on 1 and 2 ranks and from the HuggingFace export"
