@@ -217,11 +217,10 @@ std::string device_text(const LoadedModel& m) {
                      m.cfg.derived.dp_size, m.cfg.derived.tp_size, m.cfg.derived.pp_size, m.device.description);
 }
 
-// The sample's text as it is (a byte-level model's bytes, a tokenizer's decoding), or its ids when
-// the model has neither.
+// The sample as written: the prompt and its text as they are, or its ids when the model has no text.
 std::string sample_text(const Config& cfg, const BpeTokenizer* tokenizer, const std::vector<int32_t>& tokens) {
-  if (tokenizer != nullptr) return cfg.logging.sample_prompt + tokenizer->decode(tokens.data(), tokens.size());
-  if (cfg.model.vocab_size <= kByteVocabSize) return cfg.logging.sample_prompt + byte_decode(tokens.data(), tokens.size());
+  if (const std::optional<std::string> text = sample_as_text(cfg, tokenizer, tokens))
+    return cfg.logging.sample_prompt + *text;
   return fmt::format("{}", fmt::join(tokens, " "));
 }
 
@@ -284,9 +283,10 @@ int run_sample(const MpiRuntime& mpi, const SampleOptions& o) {
   // After each sample the ranks agree whether rank 0 could write it: a reader that has gone (`| head`)
   // ends the job quietly, any other failed write with an error.
   int write_error = 0;
+  const std::vector<int32_t> start = sample_start(m->cfg, tok);
   for (int i = 0; i < o.count; ++i) {
     const std::optional<std::vector<int32_t>> tokens =
-        sample_tokens(*m->engine, sample_start(m->cfg, tok), o.tokens, rng, [] { return false; }, rule);
+        sample_tokens(*m->engine, start, o.tokens, rng, [] { return false; }, rule);
     if (mpi.world_rank() == 0) {
       std::string text = (i > 0 ? "---\n" : "") + sample_text(m->cfg, tok, *tokens);
       if (text.empty() || text.back() != '\n') text += '\n';
@@ -312,27 +312,20 @@ int run_eval(const MpiRuntime& mpi, const EvalOptions& o) {
   const std::string pattern = o.data.empty() ? cfg.data.val : o.data;
   const std::string key = o.data.empty() ? "data.val" : "--data";
   std::optional<TokenDataset> data;
+  int64_t available = 0;  // whole sequences in the split
   agree_on_user_errors(mpi, "opening the data", [&] {
     data = TokenDataset::open(pattern, cfg.model.vocab_size, key);
-    GlobalSampler(*data, cfg.model.seq_len, false, 0);  // at least one sequence, or a UserError saying so
+    available = GlobalSampler(*data, cfg.model.seq_len, false, 0).num_sequences();  // a UserError when none
   });
   // Ranks reading copies of their own must read the same tokens: the batches are split among them.
-  const std::vector<int64_t> tokens = mpi.all_gather({data->num_tokens()});
-  if (const int r = first_rank_unlike_rank0(tokens, 1); r >= 0)
-    throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a shared "
-                                "file system, or identical copies on every node)",
-                                key, r, tokens[static_cast<size_t>(r)], tokens[0]),
-                    RaisedOn::EveryRank);
+  check_same_token_counts(mpi, {key}, {data->num_tokens()});
   // The run's own global batches (a HuggingFace folder's are 8 sequences), whatever the ranks now.
   const int64_t sequences = eval_sequences(cfg.train.eval_iters, m->saved.global_batch);
   const Timer t;
-  const Topology& topology = *m->topology;
-  const double loss = *evaluate_loss(
-      *m->engine, *data, cfg.model.seq_len, cfg.derived.micro_batch, sequences, m->topology->world(),
-      topology.coord().dp, cfg.derived.dp_size, m->engine->zero_stage() == 3,
-      [&](int dp) { return grid_rank(topology.shape(), {dp, cfg.derived.pp_size - 1, 0}); }, [] { return false; });
+  const double loss = *evaluate_loss(*m->engine, *data, cfg.model.seq_len, cfg.derived.micro_batch, sequences,
+                                     *m->topology, [] { return false; });
   if (mpi.world_rank() != 0) return 0;
-  const int64_t evaluated = std::min<int64_t>(sequences, GlobalSampler(*data, cfg.model.seq_len, false, 0).num_sequences());
+  const int64_t evaluated = std::min(sequences, available);
   log_flush();  // the lines below follow whatever was logged before them
   const int error = write_stdout(fmt::format(
       "{} on {}: {}\nval loss {:.6f} | perplexity {:.4g} | {} sequences of {} tokens | {:.1f}s\n", m->source,

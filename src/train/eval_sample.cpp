@@ -17,8 +17,12 @@ int64_t eval_sequences(int64_t eval_iters, int64_t global_batch) {
 }
 
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
-                                    int64_t sequences, Comm& world, int dp_rank, int dp_size, bool lockstep,
-                                    const std::function<int(int)>& loss_rank, const StopCheck& stop) {
+                                    int64_t sequences, Topology& topology, const StopCheck& stop) {
+  const int dp_rank = topology.coord().dp, dp_size = topology.shape().dp;
+  // With ZeRO-3 a forward gathers the parameters over DP: every DP rank runs as many.
+  const bool lockstep = engine.zero_stage() == 3;
+  // A batch's loss counts from its replica's first TP rank on the last pipeline stage.
+  const auto loss_rank = [&](int dp) { return grid_rank(topology.shape(), {dp, topology.shape().pp - 1, 0}); };
   // The val split is read from its start in file order, identically at every evaluation.
   const GlobalSampler sampler(data, seq_len, /*shuffle=*/false, /*seed=*/0);
   const int64_t total = std::min<int64_t>(sequences, sampler.num_sequences());
@@ -39,13 +43,20 @@ std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, in
     const float loss = engine.forward_loss(tokens.data(), targets.data(), batch_size(run), seq_len);
     if (b < n_batches) mine[static_cast<size_t>(k)] = loss;
   }
-  const std::vector<float> all = all_gather_floats(world, mine);
+  const std::vector<float> all = all_gather_floats(topology.world(), mine);
   double loss_sum = 0;
   for (int64_t b = 0; b < n_batches; ++b) {
     const int64_t rank = loss_rank(static_cast<int>(b % dp_size));
     loss_sum += static_cast<double>(all[static_cast<size_t>(rank * rounds + b / dp_size)]) * batch_size(b);
   }
   return loss_sum / static_cast<double>(total);
+}
+
+std::optional<std::string> sample_as_text(const Config& cfg, const BpeTokenizer* tokenizer,
+                                          const std::vector<int32_t>& tokens) {
+  if (tokenizer != nullptr) return tokenizer->decode(tokens.data(), tokens.size());
+  if (cfg.model.vocab_size <= kByteVocabSize) return byte_decode(tokens.data(), tokens.size());
+  return std::nullopt;
 }
 
 std::vector<int32_t> sample_start(const Config& cfg, const BpeTokenizer* tokenizer) {

@@ -69,6 +69,21 @@ std::vector<std::string> describe_blend(const TrainSequences& data, int64_t iter
   return lines;
 }
 
+void check_same_token_counts(const MpiRuntime& mpi, const std::vector<std::string>& keys,
+                             const std::vector<int64_t>& tokens) {
+  if (mpi.world_size() == 1) return;
+  const size_t n = tokens.size();
+  const std::vector<int64_t> all = mpi.all_gather(tokens);
+  const int r = first_rank_unlike_rank0(all, n);
+  if (r < 0) return;
+  size_t k = 0;  // the first value that differs
+  while (all[static_cast<size_t>(r) * n + k] == all[k]) ++k;
+  throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a shared "
+                              "file system, or identical copies on every node)",
+                              keys[k], r, all[static_cast<size_t>(r) * n + k], all[k]),
+                  RaisedOn::EveryRank);
+}
+
 std::optional<BpeTokenizer> open_tokenizer(const Config& cfg) {
   if (cfg.data.tokenizer.empty()) return std::nullopt;
   BpeTokenizer tokenizer = BpeTokenizer::load(cfg.data.tokenizer, "data.tokenizer");

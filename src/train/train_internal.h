@@ -119,19 +119,22 @@ int64_t eval_sequences(int64_t eval_iters, int64_t global_batch);
 // Mean loss over the split's first `sequences` sequences (all of them if it has fewer), read in
 // micro-batches: the same set, and the same value, whatever the micro-batch or layout. The DP
 // replicas share the batches (the TP ranks of one replica run each batch together) and gather the
-// per-batch losses over `world` (ordered TP fastest, then DP), summed in batch order, so the
-// result is the single-rank value on every rank. lockstep: every DP rank runs the same number
-// of forwards (needed when forward communicates over DP, as with ZeRO-3). Each batch runs the
-// engine's forward (every pipeline stage and TP rank of a replica calls it); a batch's loss
-// counts from the world rank loss_rank(dp rank). nullopt when `stop` interrupted it.
+// per-batch losses over the world (ordered TP fastest, then DP), summed in batch order, so the
+// result is the single-rank value on every rank. With ZeRO-3 every DP rank runs the same number
+// of forwards (a forward communicates over DP). Each batch runs the engine's forward (every
+// pipeline stage and TP rank of a replica calls it); a batch's loss counts from the replica's
+// first TP rank on the last stage. nullopt when `stop` interrupted it.
 std::optional<double> evaluate_loss(Engine& engine, const TokenDataset& data, int seq_len, int micro_batch,
-                                    int64_t sequences, Comm& world, int dp_rank, int dp_size, bool lockstep,
-                                    const std::function<int(int)>& loss_rank, const StopCheck& stop);
+                                    int64_t sequences, Topology& topology, const StopCheck& stop);
 // The tokens a sample continues: logging.sample_prompt encoded with data.tokenizer, or byte by
 // byte in a byte-level vocabulary (256 ids). Without a prompt: the tokenizer's end of text, a
 // newline byte, or the last id (GPT-2's end of text) of a larger vocabulary without a tokenizer
 // (where the config refuses a text prompt).
 std::vector<int32_t> sample_start(const Config& cfg, const BpeTokenizer* tokenizer);
+// Sampled tokens as text: the tokenizer's decoding, or a byte-level vocabulary's bytes; nullopt
+// for a larger vocabulary without a tokenizer (strata's text encoding is byte-level: ids only).
+std::optional<std::string> sample_as_text(const Config& cfg, const BpeTokenizer* tokenizer,
+                                          const std::vector<int32_t>& tokens);
 // How the next token is drawn from the last position's logits: at `temperature` (the logits
 // divided by it; 0 takes the most likely token, the lowest id among equals, and draws nothing
 // from the RNG) from the `top_k` most likely tokens (0: all of them).
@@ -148,6 +151,11 @@ int32_t draw_token(const std::vector<float>& logits, const SamplingRule& rule, R
 // tokens. nullopt when `stop` interrupted it.
 std::optional<std::vector<int32_t>> sample_tokens(Engine& engine, std::vector<int32_t> start, int count, Rng& rng,
                                                   const StopCheck& stop, const SamplingRule& rule = {});
+// Collective: every rank's token count of each source (keys[i]: its config key or flag) equals
+// rank 0's; else a UserError on every rank naming the source. Data read on each node must be one
+// corpus: the global order assigns the ranks their sequences.
+void check_same_token_counts(const MpiRuntime& mpi, const std::vector<std::string>& keys,
+                             const std::vector<int64_t>& tokens);
 // data.tokenizer loaded and checked against the model's vocabulary; nullopt when none is set.
 std::optional<BpeTokenizer> open_tokenizer(const Config& cfg);
 

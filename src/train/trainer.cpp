@@ -152,9 +152,7 @@ bool Trainer::evaluate(int64_t step) {
   const Timer t;
   const std::optional<double> val_loss =
       evaluate_loss(engine_, *val_data_, dims_.seq_len, cfg_.derived.micro_batch,
-                    eval_sequences(cfg_.train.eval_iters, cfg_.derived.global_batch), topology_.world(), topology_.coord().dp, cfg_.derived.dp_size, engine_.zero_stage() == 3,
-                    // the replica's first TP rank on the last pipeline stage
-                    [this](int dp) { return grid_rank(topology_.shape(), {dp, cfg_.derived.pp_size - 1, 0}); },
+                    eval_sequences(cfg_.train.eval_iters, cfg_.derived.global_batch), topology_,
                     [this] { return agree_to_stop(); });
   if (!val_loss) return false;
   log_info("eval step {} | val loss {:.4f} | {:.1f}s", step, *val_loss, t.seconds());
@@ -175,18 +173,17 @@ bool Trainer::sample(int64_t step) {
     sample_rng_.restore(before);
     return false;
   }
-  if (tokenizer != nullptr || cfg_.model.vocab_size <= kByteVocabSize) {
+  if (const std::optional<std::string> decoded = sample_as_text(cfg_, tokenizer, *tokens)) {
     // The record's text is the generated tokens alone, with a prompt or without (a byte-level
     // sample without one starts after a newline, a tokenizer's after its end-of-text token).
-    const std::string text = tokenizer != nullptr ? tokenizer->decode(tokens->data(), tokens->size())
-                                                  : byte_decode(tokens->data(), tokens->size());
+    const std::string& text = *decoded;
     log_info("sample at step {}:\n{}{}\n---", step, printable_text(cfg_.logging.sample_prompt), printable_text(text));
     // The ids too: text that is not UTF-8 is written with replacement characters, which lose them.
     metrics_.write({{"type", "sample"}, {"step", step}, {"prompt", cfg_.logging.sample_prompt}, {"text", text},
                     {"tokens", *tokens}});
     return true;
   }
-  // No text decoding for a larger vocabulary (strata's text encoding is byte-level): the ids.
+  // No text for a larger vocabulary without a tokenizer: the ids.
   log_info("sample at step {} (token ids, after id {}):\n{}\n---", step, cfg_.model.vocab_size - 1,
            fmt::format("{}", fmt::join(*tokens, " ")));
   metrics_.write({{"type", "sample"}, {"step", step}, {"tokens", *tokens}});

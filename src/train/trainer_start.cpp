@@ -287,20 +287,15 @@ void Trainer::check_same_start(int64_t step) {
 // would give each rank other sequences than the global order assigns it.
 void Trainer::check_same_data() {
   if (mpi_.world_size() == 1) return;
-  std::vector<int64_t> mine;
-  for (const TrainSequences::Source& s : train_data_.sources()) mine.push_back(s.dataset.num_tokens());
-  mine.push_back(val_data_ ? val_data_->num_tokens() : -1);
-  const size_t n = mine.size();
-  const std::vector<int64_t> all = mpi_.all_gather(mine);
-  const int r = first_rank_unlike_rank0(all, n);
-  if (r < 0) return;
-  size_t k = 0;  // the first value that differs
-  while (all[static_cast<size_t>(r) * n + k] == all[k]) ++k;
-  const std::string key = k + 1 == n ? "data.val" : train_data_.sources()[k].dataset.key();
-  throw UserError(fmt::format("{}: rank {} finds {} tokens, rank 0 {}: every rank must read the same data (a shared "
-                              "file system, or identical copies on every node)",
-                              key, r, all[static_cast<size_t>(r) * n + k], all[k]),
-                  RaisedOn::EveryRank);
+  std::vector<std::string> keys;
+  std::vector<int64_t> tokens;
+  for (const TrainSequences::Source& s : train_data_.sources()) {
+    keys.push_back(s.dataset.key());
+    tokens.push_back(s.dataset.num_tokens());
+  }
+  keys.push_back("data.val");
+  tokens.push_back(val_data_ ? val_data_->num_tokens() : -1);
+  check_same_token_counts(mpi_, keys, tokens);
 }
 
 // What decides the order of the training sequences; a checkpoint keeps it to compare on resume.
