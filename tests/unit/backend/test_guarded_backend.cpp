@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <thread>
 
 #include "backend_test_util.h"
 
@@ -115,6 +116,39 @@ TEST_CASE("guarded ops give the CPU backend's bits") {
   CHECK(same_bits(a, b));
   CHECK(norm_guarded == norm_cpu);
   CHECK(norm_cpu > 0.0);
+}
+
+TEST_CASE("guarded ops open the buffers their tensors lie in, wherever in them") {
+  auto guarded = make_guarded_cpu_backend();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  Buffer a = guarded->allocate(3 * page), b = guarded->allocate(page);
+  // A view that starts on a's third page: the op must find the buffer it lies in.
+  const size_t offset = 2 * page + 64;
+  const std::vector<float> values{1.0f, 2.0f, 3.0f, 4.0f};
+  guarded->copy(Tensor(const_cast<float*>(values.data()), DType::F32, {4}), a.view(offset, DType::F32, {4}));
+  guarded->scale(a.view(offset, DType::F32, {4}), 2.0f);
+  guarded->add(b.view(0, DType::F32, {4}), a.view(offset, DType::F32, {4}), a.view(offset, DType::F32, {4}));
+  const std::vector<float> sum = download(*guarded, b, 4);
+  CHECK(sum == std::vector<float>{4.0f, 8.0f, 12.0f, 16.0f});
+  CHECK(signal_of_child([&] { *static_cast<volatile float*>(a.data()) = 1.0f; }) == SIGSEGV);
+  CHECK(signal_of_child([&] { *static_cast<volatile float*>(b.data()) = 1.0f; }) == SIGSEGV);
+}
+
+TEST_CASE("guarded ops on two threads keep a shared buffer open until both end") {
+  // The communication thread stages copies while the compute thread runs ops on the same
+  // buffers: the one that ends first must not close a buffer the other still reads.
+  auto guarded = make_guarded_cpu_backend();
+  const int64_t n = 1 << 16;
+  Buffer shared = guarded->allocate(static_cast<size_t>(n) * sizeof(float));
+  const int ended_by = signal_of_child([&] {
+    std::thread compute([&] {
+      for (int i = 0; i < 2000; ++i) guarded->scale(shared.view(0, DType::F32, {n}), 1.0f);
+    });
+    std::vector<float> host(static_cast<size_t>(n));
+    for (int i = 0; i < 2000; ++i) guarded->copy(shared.view(0, DType::F32, {n}), Tensor(host.data(), DType::F32, {n}));
+    compute.join();
+  });
+  CHECK(ended_by == 0);
 }
 
 TEST_CASE("guarded memory is counted by its allocator") {
