@@ -258,7 +258,7 @@ void Gpt::block_forward(const BlockParams& p, const BlockActs& a, Tensor input, 
   if (project) row_parallel_forward(a.fch_gelu, p.proj_w, p.proj_b, b);
 }
 
-void Gpt::run_forward(const Batch& b) {
+void Gpt::run_forward(const Batch& b, bool last_row_only) {
   const int L = dims_.n_layer, first = chunk_.layer_begin, n = local_layers();
   void* emb = nullptr;
   if (chunk_.embedding) {
@@ -302,8 +302,9 @@ void Gpt::run_forward(const Batch& b) {
   // Tied head, column-parallel over the vocabulary: logits (rows, V_slice) = ln_f(x) · wte_sliceᵀ.
   const Tensor lnf_all = sequence_parallel() ? all_rows(arena_.lnf_full, b) : lnf;
   tp_->enter_forward(lnf, lnf_all);
-  backend_.matmul(act(arena_.logits, {b.padded, vocab_rows_}), lnf_all, param_view(emb, specs_[0]), Tensor(), false,
-                  /*trans_b=*/true, false);
+  const Tensor head_in = last_row_only ? row_block(lnf_all, b.rows - 1, 1) : lnf_all;
+  backend_.matmul(act(arena_.logits, {head_in.dim(0), vocab_rows_}), head_in, param_view(emb, specs_[0]), Tensor(),
+                  false, /*trans_b=*/true, false);
   store_->release_params(0, Pass::Forward);
 }
 
@@ -407,22 +408,25 @@ std::vector<float> Gpt::take_losses() {
   return means;
 }
 
-Tensor Gpt::forward_logits(const int32_t* tokens, int B, int T) {
+Gpt::Batch Gpt::load_for_inference(const int32_t* tokens, int B, int T, const char* caller) {
   check_batch(B, T);
-  if (!chunk_.head) throw std::logic_error("Gpt::forward_logits: this chunk has no head");
-  if (chunk_.embedding && !tokens) throw std::invalid_argument("Gpt::forward_logits needs tokens");
+  if (!chunk_.head) throw std::logic_error(std::string("Gpt::") + caller + ": this chunk has no head");
+  if (chunk_.embedding && !tokens) throw std::invalid_argument(std::string("Gpt::") + caller + " needs tokens");
   backward_ready_ = dlogits_ready_ = false;
   const Batch b = batch_of(B, T);
   load_tokens(tokens, nullptr, b);
-  run_forward(b);
+  return b;
+}
+
+Tensor Gpt::forward_logits(const int32_t* tokens, int B, int T) {
+  run_forward(load_for_inference(tokens, B, T, "forward_logits"));
   return act(arena_.logits, {B, T, vocab_rows_});
 }
 
 std::vector<float> Gpt::last_token_logits(const int32_t* tokens, int T) {
-  const Tensor logits = forward_logits(tokens, 1, T);
+  run_forward(load_for_inference(tokens, 1, T, "last_token_logits"), /*last_row_only=*/true);
   const size_t element = dtype_size(dtype_);
-  Tensor last(static_cast<char*>(logits.data) + static_cast<size_t>(T - 1) * static_cast<size_t>(vocab_rows_) * element,
-              dtype_, {vocab_rows_}, logits.device);
+  Tensor last = act(arena_.logits, {vocab_rows_});
   if (tp_active()) {  // only this row's slices travel, not the logits
     const Tensor row = act(arena_.sample_row, {dims_.padded_vocab});
     tp_->all_gather(last, row);

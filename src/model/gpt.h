@@ -205,8 +205,12 @@ class Gpt {
   void check_batch(int B, int T) const;
   Batch batch_of(int B, int T) const;
   void load_tokens(const int32_t* tokens, const int32_t* targets, const Batch& batch);
-  // Embedding, all blocks, final LN and logits for the loaded tokens.
-  void run_forward(const Batch& batch);
+  // The checks and token load of an inference forward (`caller` names it in errors).
+  Batch load_for_inference(const int32_t* tokens, int B, int T, const char* caller);
+  // Embedding, all blocks, final LN and logits for the loaded tokens; with last_row_only the
+  // logits of the batch's last row alone, in the logits' first row (what sampling reads: the
+  // head is about a third of a small model's forward).
+  void run_forward(const Batch& batch, bool last_row_only = false);
   void embed(const Batch& batch, void* embeddings);
   // One block from its input (the residual stream) up to the MLP's output projection, reduced
   // over TP and with its bias, in mlp_out(): the caller adds it to x_mid, fused with the next

@@ -228,6 +228,11 @@ TEST_CASE("forward_logits gives the logits behind the loss, rows are independent
   for (int t = 0; t < 5; ++t)
     for (int j = 0; j < Vp; ++j)
       CHECK(alone[static_cast<size_t>(t * Vp + j)] == Approx(logits[static_cast<size_t>((T + t) * Vp + j)]).margin(1e-5));
+  // last_token_logits (sampling's): the last row's logits over the real vocabulary, from a head
+  // that computes that row alone.
+  const std::vector<float> last = model.last_token_logits(tokens.data() + T, 5);
+  REQUIRE(last.size() == static_cast<size_t>(V));
+  for (int j = 0; j < V; ++j) CHECK(last[static_cast<size_t>(j)] == Approx(alone[static_cast<size_t>(4 * Vp + j)]).margin(1e-5));
 }
 
 TEST_CASE("misuse is reported: unknown names, bad token ids, backward without forward, oversized batches") {
