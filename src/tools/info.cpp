@@ -26,10 +26,11 @@ std::string visible_gpus_summary(std::string* versions) {
   std::string why;
   const auto devices = cuda::query_devices(&why);
   const int driver = cuda::driver_version();
+  const size_t cublaslt = cuda::cublaslt_version();  // 0: the library could not be opened
   *versions = fmt::format("CUDA runtime {}, driver {}, cuBLASLt {}, NCCL {}",
                           version_triplet(cuda::runtime_version(), 1000, 10),
                           driver ? version_triplet(driver, 1000, 10) : "none",
-                          cuda::cublaslt_version() ? fmt::format("{}", cuda::cublaslt_version()) : "not found",
+                          cublaslt ? fmt::format("{}", cublaslt) : "not found",
                           cuda::nccl_version() ? fmt::format("{}", cuda::nccl_version()) : "not built");
   // Without a driver the runtime calls it "insufficient", which reads as "upgrade it".
   if (devices.empty()) return driver ? "none (" + why + ")" : "none (no NVIDIA driver on this machine)";
